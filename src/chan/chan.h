@@ -1,0 +1,55 @@
+/* Channels carry sr_msg between two connected QPs (DESIGN.md, src/chan/).
+ *
+ * One small ops table per transport, like Valkey's ConnectionType:
+ *   send  - queue one message towards the peer. May be called with the
+ *           sending QP's lock held; never calls back into the core. Takes
+ *           ownership of the message, also on error.
+ *   kick  - move queued messages. Called with no QP lock held; may deliver
+ *           inbound messages to the core (qp_rx) in the caller's thread.
+ *   close - the QP is going away or being reset: stop delivering to it
+ *           and tell the peer. After close returns, the channel never
+ *           touches that QP again. Drops the QP's reference.
+ *   free  - the last reference is gone.
+ * A channel notifies its QP of a lost peer with qp_chan_lost(). Whoever
+ * uses a channel outside the QP lock holds a reference (chan_get/put).
+ */
+#ifndef SOFTRNIC_CHAN_H
+#define SOFTRNIC_CHAN_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include "core/msg.h"
+
+struct sr_qp;
+struct sr_chan;
+
+struct sr_chan_ops {
+	const char *name;
+	int (*send)(struct sr_chan *ch, struct sr_msg *m);
+	void (*kick)(struct sr_chan *ch);
+	void (*close)(struct sr_chan *ch);
+	void (*free)(struct sr_chan *ch);
+};
+
+struct sr_chan {
+	const struct sr_chan_ops *ops;
+	struct sr_qp *qp;		/* the local end */
+	bool acks;			/* peer answers SEND/WRITE with ACK */
+	atomic_int refs;
+};
+
+static inline int chan_send(struct sr_chan *ch, struct sr_msg *m) { return ch->ops->send(ch, m); }
+static inline void chan_kick(struct sr_chan *ch) { ch->ops->kick(ch); }
+static inline void chan_close(struct sr_chan *ch) { ch->ops->close(ch); }
+static inline void chan_get(struct sr_chan *ch) { atomic_fetch_add(&ch->refs, 1); }
+static inline void chan_put(struct sr_chan *ch)
+{
+	if (atomic_fetch_sub(&ch->refs, 1) == 1)
+		ch->ops->free(ch);
+}
+
+/* In-process channel: both QPs live in this process. Creates both ends
+ * and attaches them to a and b (qp->chan). Caller holds neither QP lock. */
+int chan_inproc_connect(struct sr_qp *a, struct sr_qp *b);
+
+#endif

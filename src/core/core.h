@@ -1,0 +1,292 @@
+/* The soft RNIC core: device, context, PD, MR/MW key table, CQ, SRQ, QP.
+ *
+ * Transport-agnostic: it produces and consumes sr_msg (msg.h) through a
+ * channel (chan/chan.h). Objects embed the rdma-core base struct first and
+ * convert with to_*() helpers. Inside the core, functions return 0 or a
+ * negative errno; the verbs layer turns that into each man page's
+ * convention.
+ */
+#ifndef SOFTRNIC_CORE_H
+#define SOFTRNIC_CORE_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <netinet/in.h>
+
+#include "core/util.h"
+#include "core/evq.h"
+
+/* ---- device limits (reported by ibv_query_device and enforced) ---------- */
+#define SR_MAX_QP	254	/* QPN slots 1..254 per context; see DESIGN 4 */
+#define SR_QP_SLOT_UD	255	/* reserved slot for UD (later issue) */
+#define SR_MAX_QP_WR	16384
+#define SR_MAX_SGE	32
+#define SR_MAX_CQ	65536
+#define SR_MAX_CQE	(1 << 20)
+#define SR_MAX_MR	(1 << 20)
+#define SR_MAX_MR_SIZE	UINT64_MAX
+#define SR_MAX_PD	65536
+#define SR_MAX_RD_ATOM	128
+#define SR_MAX_SRQ	4096
+#define SR_MAX_SRQ_WR	16384
+#define SR_MAX_MW	(1 << 20)
+#define SR_MAX_AH	65536
+#define SR_MAX_INLINE	4096
+#define SR_MAX_MSG	(1U << 31)	/* max_msg_sz: 2 GiB */
+#define SR_GID_TBL_LEN	32
+#define SR_VENDOR_ID	0x0000
+#define SR_VENDOR_PART	0x5352		/* "SR" */
+#define SR_FW_VER	"0.1.0"
+
+struct sr_cq;
+struct sr_qp;
+struct sr_srq;
+struct sr_mr;
+struct sr_chan;
+
+/* ---- device ------------------------------------------------------------- */
+struct sr_device {
+	struct ibv_device ibdev;	/* 664 bytes */
+	/* Offset 664 is where rdma-core's verbs_device keeps its ops pointer;
+	 * libefa/libmlx5 compare it with their own (ABI.md §2). Ours is a
+	 * pointer to something they cannot own. */
+	const void *ops;
+	uint8_t pad[64];
+	uint64_t guid;
+};
+
+/* One GID table entry, built from the host's addresses at query time. */
+struct sr_gid {
+	union ibv_gid gid;
+	int family;			/* AF_INET or AF_INET6 */
+	unsigned int ifindex;
+	char ifname[32];
+};
+
+int dev_query_gids(struct sr_gid *tbl, int max);
+struct sr_device *dev_get(void);
+void dev_fill_attr(struct ibv_device_attr *a);
+void dev_fill_port_attr(struct ibv_port_attr *a);
+bool dev_iwarp(void);
+
+/* ---- key table (MR and MW keys), per context --------------------------- */
+enum sr_key_kind { SR_KEY_MR = 1, SR_KEY_MW = 2 };
+
+struct sr_keyent {
+	uint32_t key;
+	int kind;
+	void *obj;
+};
+
+struct sr_keytab {
+	pthread_rwlock_t lock;
+	struct sr_keyent *slots;	/* open addressing, power of two */
+	uint32_t size, used, tombs;
+};
+
+int keytab_init(struct sr_keytab *t);
+void keytab_destroy(struct sr_keytab *t);
+/* Draw a fresh random key (never 0, never in use) and map it to obj. */
+int keytab_insert_random(struct sr_keytab *t, int kind, void *obj, uint32_t *key);
+/* Map a chosen key (MW type 2 rebinding); -EEXIST if taken. */
+int keytab_insert(struct sr_keytab *t, uint32_t key, int kind, void *obj);
+int keytab_remove(struct sr_keytab *t, uint32_t key);
+/* Caller holds t->lock (read or write). Returns NULL if absent. */
+struct sr_keyent *keytab_find_locked(struct sr_keytab *t, uint32_t key);
+
+/* ---- context ------------------------------------------------------------ */
+struct sr_context {
+	struct verbs_context vctx;	/* ibv_context is its last member */
+	pthread_mutex_t lock;
+	struct sr_keytab keys;
+	struct sr_qp *qps[256];		/* by QPN slot */
+	uint16_t port;			/* QPN prefix: the context's TCP port */
+	int listen_fd;
+	struct sr_evq async;
+	pid_t owner;			/* pid that opened it (fork safety) */
+	struct sr_list link;		/* in the process-wide context list */
+	atomic_int npd, nmr, ncq, nqp, nsrq, nmw, nah;
+	atomic_uint_fast64_t mr_bytes;
+};
+
+static inline struct sr_context *to_ctx(struct ibv_context *c)
+{
+	return container_of(c, struct sr_context, vctx.context);
+}
+
+int ctx_open(struct sr_device *dev, struct sr_context **out);
+void ctx_close(struct sr_context *ctx);
+/* Look up a QP by number in any context of this process; takes a ref. */
+struct sr_qp *ctx_find_qp(uint32_t qpn);
+void ctx_async_event(struct sr_context *ctx, void *obj, enum ibv_event_type t);
+
+/* ---- PD, MR, MW, AH ----------------------------------------------------- */
+struct sr_pd {
+	struct ibv_pd ibpd;
+	atomic_int refs;		/* objects that use it */
+};
+static inline struct sr_pd *to_pd(struct ibv_pd *p) { return (struct sr_pd *)p; }
+
+struct sr_mr {
+	struct ibv_mr ibmr;
+	struct sr_pd *pd;
+	uint64_t iova;			/* first address the keys address */
+	uint64_t length;
+	uintptr_t vaddr;		/* process address backing iova */
+	int access;
+	bool implicit;			/* whole address space (implicit ODP) */
+	atomic_int users;		/* placements running + bound MWs */
+	atomic_int mw_binds;
+};
+static inline struct sr_mr *to_mr(struct ibv_mr *m) { return (struct sr_mr *)m; }
+
+struct sr_mw {
+	struct ibv_mw ibmw;
+	struct sr_pd *pd;
+	struct sr_mr *mr;		/* bound MR, or NULL */
+	uint64_t addr, length;
+	int access;
+	struct sr_qp *qp;		/* type 2: QP it is bound through */
+	atomic_int users;
+};
+static inline struct sr_mw *to_mw(struct ibv_mw *m) { return (struct sr_mw *)m; }
+
+struct sr_ah {
+	struct ibv_ah ibah;
+	struct ibv_ah_attr attr;
+};
+
+/* A resolved memory range: process address and the object kept busy. */
+struct sr_mref {
+	uintptr_t addr;
+	atomic_int *users;		/* decrement when done */
+};
+
+/* Access check + translation for an lkey (local SGE) or rkey (remote):
+ * every byte of [va, va+len) must lie in the region, PD must match, and
+ * the region must grant @need (IBV_ACCESS_* bits; 0 for local read).
+ * Returns 0, -EACCES (key/pd/access) or -ERANGE (bounds). */
+int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
+	       uint64_t va, uint64_t len, int need, bool remote,
+	       struct sr_mref *out);
+void mr_release(struct sr_mref *r);
+int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
+	   int access, struct sr_mr **out);
+int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
+	     size_t len, int access);
+int mr_dereg(struct sr_mr *mr);
+int mw_alloc(struct sr_pd *pd, enum ibv_mw_type type, struct sr_mw **out);
+int mw_dealloc(struct sr_mw *mw);
+/* Bind (type 1 through ibv_bind_mw, type 2 through a BIND_MW WQE). */
+int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
+	    const struct ibv_mw_bind_info *bi);
+/* Invalidate an MW (type 2) by rkey: local or via SEND_WITH_INV. */
+int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey);
+
+/* Safe copies into and out of application memory: an unmapped or
+ * read-only page gives -EFAULT rather than a crash. */
+int mem_read(void *dst, uintptr_t src, size_t len);
+int mem_write(uintptr_t dst, const void *src, size_t len);
+/* 8-byte atomics on application memory, atomic among softrnic atomics. */
+int mem_atomic(uintptr_t addr, int op, uint64_t cmp_or_add, uint64_t swap, uint64_t *orig);
+enum { SR_ATOMIC_CMP_SWP = 1, SR_ATOMIC_FETCH_ADD = 2 };
+
+/* ---- CQ ---------------------------------------------------------------- */
+struct sr_comp_channel {
+	struct ibv_comp_channel ibch;
+	struct sr_evq evq;
+	atomic_int refs;		/* CQs that use it */
+};
+static inline struct sr_comp_channel *to_chan(struct ibv_comp_channel *c)
+{
+	return container_of(c, struct sr_comp_channel, ibch);
+}
+
+struct sr_cqe {
+	struct ibv_wc wc;
+	uint64_t ts;			/* completion timestamp, ns */
+	struct sr_qp *sq_qp;		/* send CQE: its QP, until reaped */
+	uint32_t sq_upto;		/* ... and the SQ index after it */
+};
+
+struct sr_cq {
+	struct ibv_cq_ex ibcq;		/* ibv_cq is its prefix */
+	pthread_mutex_t lock;
+	struct sr_cqe *ring;
+	uint32_t size;			/* slots = cqe + 1 */
+	uint32_t head, tail;		/* free-running */
+	int armed;			/* 0, 1 = next, 2 = solicited only */
+	bool overflowed;
+	atomic_int refs;		/* QPs/SRQs that use it */
+	uint64_t wc_flags_ex;		/* cq_ex: which fields were asked for */
+	struct sr_cqe *cur;		/* cq_ex: entry being read */
+	uint32_t events_pending;	/* comp events handed out */
+	uint32_t async_given;		/* async events handed out */
+	int comp_vector;
+};
+static inline struct sr_cq *to_cq(struct ibv_cq *c) { return (struct sr_cq *)c; }
+
+int cq_create(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
+	      int comp_vector, struct sr_cq **out);
+int cq_destroy(struct sr_cq *cq);
+int cq_resize(struct sr_cq *cq, int cqe);
+/* Add one completion; raises the channel event if armed. solicited: the
+ * completion is for a message with the solicited event bit. */
+int cq_push(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited);
+/* A send-queue completion: when polled, it frees the QP's SQ slots up to
+ * sq_upto (a WR's slot is busy until its completion, or a later one, is
+ * reaped, as on hardware; so a CQ sized to the SQ never overflows). */
+int cq_push_sq(struct sr_cq *cq, const struct ibv_wc *wc, struct sr_qp *qp, uint32_t sq_upto);
+/* The QP is going away: its CQEs stay, but no longer point at it. */
+void cq_forget_qp(struct sr_cq *cq, struct sr_qp *qp);
+void qp_sq_reaped(struct sr_qp *qp, uint32_t upto);
+int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc);
+int cq_arm(struct sr_cq *cq, int solicited_only);
+void cq_init_ex_ops(struct sr_cq *cq);
+
+/* ---- SRQ ---------------------------------------------------------------- */
+struct sr_rwqe {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	struct ibv_sge sge[];		/* max_sge of the queue */
+};
+
+struct sr_rq {
+	uint8_t *buf;			/* size * stride */
+	uint32_t stride, size, max_sge;
+	uint32_t head, tail;		/* free-running; head = next to consume */
+};
+
+static inline struct sr_rwqe *rq_at(struct sr_rq *q, uint32_t i)
+{
+	return (struct sr_rwqe *)(q->buf + (size_t)(i & (q->size - 1)) * q->stride);
+}
+
+struct sr_srq {
+	struct ibv_srq ibsrq;
+	pthread_mutex_t lock;
+	struct sr_rq rq;
+	uint32_t max_wr;		/* what the application asked for */
+	uint32_t limit;
+	struct sr_pd *pd;
+	atomic_int refs;		/* QPs attached */
+	uint32_t async_given;
+};
+static inline struct sr_srq *to_srq(struct ibv_srq *s) { return (struct sr_srq *)s; }
+
+int rq_init(struct sr_rq *q, uint32_t max_wr, uint32_t max_sge);
+void rq_free(struct sr_rq *q);
+int rq_post(struct sr_rq *q, const struct ibv_recv_wr *wr, uint32_t max_wr);
+int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq **out);
+int srq_destroy(struct sr_srq *srq);
+int srq_modify(struct sr_srq *srq, struct ibv_srq_attr *attr, int mask);
+int srq_query(struct sr_srq *srq, struct ibv_srq_attr *attr);
+int srq_post_recv(struct sr_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* Take the next WQE (copied to out, which has room for max_sge); 0 or
+ * -EAGAIN when empty. Raises SRQ_LIMIT_REACHED when it crosses the limit. */
+int srq_take(struct sr_srq *srq, struct sr_rwqe *out);
+
+#endif

@@ -1,0 +1,149 @@
+/* Device contexts: what ibv_open_device returns, and the process-wide
+ * registry that lets a QP number find its QP.
+ *
+ * Each context owns a listening TCP socket; its port is the high 16 bits of
+ * every QPN the context hands out (QPN = port << 8 | slot, DESIGN.md
+ * decision 4), so (GID, QPN) exchanged out of band is a full address.
+ */
+#include "core/qp.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static pthread_mutex_t ctx_list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sr_list ctx_list = { &ctx_list, &ctx_list };
+
+static int ctx_listen(struct sr_context *ctx)
+{
+	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	socklen_t alen = sizeof(a);
+	int fd, off = 0;
+
+	/* Dual-stack: one port for IPv4 and IPv6 peers alike. */
+	fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd >= 0) {
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		struct sockaddr_in a4 = { .sin_family = AF_INET };
+
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0)
+			return -errno;
+		if (bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0)
+			goto err;
+	}
+	if (listen(fd, 128) < 0)
+		goto err;
+	if (getsockname(fd, (struct sockaddr *)&a, &alen) < 0)
+		goto err;
+	ctx->listen_fd = fd;
+	ctx->port = ntohs(a.sin6_port);	/* sin_port sits at the same offset */
+	return 0;
+err:
+	{
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+}
+
+int ctx_open(struct sr_device *dev, struct sr_context **out)
+{
+	struct sr_context *ctx;
+	long ncpu;
+	int ret;
+
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	ctx->listen_fd = -1;
+	pthread_mutex_init(&ctx->lock, NULL);
+	ret = keytab_init(&ctx->keys);
+	if (ret)
+		goto err_keys;
+	ret = evq_init(&ctx->async);
+	if (ret)
+		goto err_evq;
+	ret = ctx_listen(ctx);
+	if (ret)
+		goto err_listen;
+	ctx->owner = getpid();
+	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	ctx->vctx.context.device = &dev->ibdev;
+	ctx->vctx.context.cmd_fd = ctx->listen_fd;
+	ctx->vctx.context.async_fd = ctx->async.fd;
+	ctx->vctx.context.num_comp_vectors = ncpu > 0 ? (int)sr_min(ncpu, 64) : 1;
+	pthread_mutex_init(&ctx->vctx.context.mutex, NULL);
+	pthread_mutex_lock(&ctx_list_lock);
+	sr_list_add_tail(&ctx_list, &ctx->link);
+	pthread_mutex_unlock(&ctx_list_lock);
+	sr_dbg("context %p open, QPN prefix port %u", (void *)ctx, ctx->port);
+	*out = ctx;
+	return 0;
+
+err_listen:
+	evq_destroy(&ctx->async);
+err_evq:
+	keytab_destroy(&ctx->keys);
+err_keys:
+	free(ctx);
+	return ret;
+}
+
+void ctx_close(struct sr_context *ctx)
+{
+	pthread_mutex_lock(&ctx_list_lock);
+	sr_list_del(&ctx->link);
+	pthread_mutex_unlock(&ctx_list_lock);
+	/* A forked child closing a context must not touch the parent's
+	 * sockets beyond its own copies of the descriptors; close() on a
+	 * copy is exactly that, and shutdown() is never called. */
+	if (ctx->listen_fd >= 0)
+		close(ctx->listen_fd);
+	evq_destroy(&ctx->async);
+	keytab_destroy(&ctx->keys);
+	pthread_mutex_destroy(&ctx->vctx.context.mutex);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+}
+
+struct sr_qp *ctx_find_qp(uint32_t qpn)
+{
+	uint32_t port = (qpn >> 8) & 0xffff, slot = qpn & 0xff;
+	struct sr_qp *qp = NULL;
+	struct sr_list *pos, *tmp;
+
+	pthread_mutex_lock(&ctx_list_lock);
+	sr_list_for_each_safe(pos, tmp, &ctx_list) {
+		struct sr_context *ctx = container_of(pos, struct sr_context, link);
+
+		if (ctx->port != port)
+			continue;
+		pthread_mutex_lock(&ctx->lock);
+		qp = ctx->qps[slot];
+		if (qp && !qp->dying)
+			qp_get(qp);
+		else
+			qp = NULL;
+		pthread_mutex_unlock(&ctx->lock);
+		break;
+	}
+	pthread_mutex_unlock(&ctx_list_lock);
+	return qp;
+}
+
+void ctx_async_event(struct sr_context *ctx, void *obj, enum ibv_event_type t)
+{
+	sr_dbg("async event %d on %p", (int)t, obj);
+	evq_push(&ctx->async, obj, (int)t, 1);
+}

@@ -1,0 +1,43 @@
+/* evq: a queue of events behind a pollable file descriptor.
+ *
+ * Completion channels and the async event queue are real file descriptors
+ * (DESIGN.md decision 5): programs poll() them, set O_NONBLOCK on them and
+ * block in read. The fd is an eventfd in semaphore mode whose counter equals
+ * the number of queued events; the events themselves live in a list under a
+ * mutex. A consumer reads the fd (blocking or not, as the application set
+ * the fd), then pops one event. Removing events (a CQ being destroyed) also
+ * takes one count off the fd; if a reader already consumed that count, it
+ * finds the list empty and reads again.
+ */
+#ifndef SOFTRNIC_EVQ_H
+#define SOFTRNIC_EVQ_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include "core/util.h"
+
+struct sr_ev {
+	struct sr_list link;
+	void *obj;		/* what the event is about (CQ, QP, SRQ, ...) */
+	int type;		/* enum ibv_event_type for async events */
+	int port;
+};
+
+struct sr_evq {
+	int fd;		/* the application's end */
+	int wfd;	/* our end, non-blocking */
+	pthread_mutex_t lock;
+	struct sr_list events;
+	unsigned int count;
+};
+
+int evq_init(struct sr_evq *q);
+void evq_destroy(struct sr_evq *q);
+/* Queue one event; returns -ENOMEM if it cannot be recorded. */
+int evq_push(struct sr_evq *q, void *obj, int type, int port);
+/* Take one event, blocking unless the fd is O_NONBLOCK: 0 or -errno. */
+int evq_pop(struct sr_evq *q, struct sr_ev *out);
+/* Drop every event whose obj is @obj; returns how many. */
+unsigned int evq_remove_obj(struct sr_evq *q, void *obj);
+
+#endif

@@ -1,0 +1,46 @@
+/* Logging and small utilities. */
+#include "core/util.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+int sr_log_level = SR_LOG_ERR;
+
+void sr_log_init(void)
+{
+	const char *v = getenv("SOFTRNIC_DEBUG");
+
+	if (!v || !*v)
+		return;
+	sr_log_level = atoi(v);
+	if (sr_log_level <= 0)
+		sr_log_level = (v[0] == '0') ? SR_LOG_ERR : SR_LOG_DBG;
+}
+
+void sr_log(int level, const char *fmt, ...)
+{
+	static const char *names[] = { "error", "warn", "info", "debug" };
+	char buf[512];
+	va_list ap;
+	int n;
+
+	n = snprintf(buf, sizeof(buf), "softrnic[%d] %s: ", (int)getpid(),
+		     names[level < 0 ? 0 : level > 3 ? 3 : level]);
+	va_start(ap, fmt);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s\n", buf);
+}
+
+uint32_t sr_random32(void)
+{
+	uint32_t v;
+
+	while (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		;
+	return v;
+}

@@ -1,0 +1,384 @@
+/* Memory regions and memory windows.
+ *
+ * Registration never pins: a region is a (PD, iova, length, vaddr, access)
+ * record behind a random key, and every access goes through mr_resolve(),
+ * which checks key, PD, bounds and rights before one byte moves (DESIGN.md
+ * decision 6). A resolved range keeps its MR or MW busy (users count);
+ * deregistration waits until no placement is running.
+ */
+#include "core/qp.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ACC_REMOTE (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
+		    IBV_ACCESS_REMOTE_ATOMIC)
+#define ACC_KNOWN (IBV_ACCESS_LOCAL_WRITE | ACC_REMOTE | IBV_ACCESS_MW_BIND | \
+		   IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | \
+		   IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING | \
+		   IBV_ACCESS_OPTIONAL_RANGE)
+
+static struct sr_context *pd_ctx(struct sr_pd *pd)
+{
+	return to_ctx(pd->ibpd.context);
+}
+
+/* ibv_reg_mr(3): remote write or remote atomic need local write. */
+static int access_ok(int access)
+{
+	if (access & ~ACC_KNOWN)
+		return -EINVAL;
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	return 0;
+}
+
+static void mr_set_range(struct sr_mr *mr, void *addr, size_t len, uint64_t iova)
+{
+	mr->implicit = (addr == NULL && len == SIZE_MAX);
+	mr->vaddr = (uintptr_t)addr;
+	mr->iova = mr->implicit ? 0 : iova;
+	mr->length = len;
+	mr->ibmr.addr = addr;
+	mr->ibmr.length = len;
+}
+
+int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
+	   int access, struct sr_mr **out)
+{
+	struct sr_context *ctx = pd_ctx(pd);
+	struct sr_mr *mr;
+	uint32_t key;
+	int ret;
+
+	ret = access_ok(access);
+	if (ret)
+		return ret;
+	if (addr == NULL && len == SIZE_MAX) {
+		/* Implicit ODP (ibv_reg_mr(3)): the whole address space. */
+		if (!(access & IBV_ACCESS_ON_DEMAND))
+			return -EINVAL;
+	} else if (len == 0 || (uintptr_t)addr + len < (uintptr_t)addr) {
+		return -EINVAL;
+	}
+	if (atomic_load(&ctx->nmr) >= SR_MAX_MR)
+		return -ENOMEM;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->pd = pd;
+	mr->access = access;
+	mr_set_range(mr, addr, len, iova);
+	ret = keytab_insert_random(&ctx->keys, SR_KEY_MR, mr, &key);
+	if (ret) {
+		free(mr);
+		return ret;
+	}
+	mr->ibmr.context = pd->ibpd.context;
+	mr->ibmr.pd = &pd->ibpd;
+	mr->ibmr.lkey = key;
+	mr->ibmr.rkey = key;
+	mr->ibmr.handle = key;
+	atomic_fetch_add(&pd->refs, 1);
+	atomic_fetch_add(&ctx->nmr, 1);
+	*out = mr;
+	return 0;
+}
+
+static void mr_wait_idle(atomic_int *users, int floor)
+{
+	while (atomic_load(users) > floor)
+		sched_yield();
+}
+
+int mr_dereg(struct sr_mr *mr)
+{
+	struct sr_context *ctx = pd_ctx(mr->pd);
+
+	/* A type 1 MW bound to it keeps it alive (ibv_dereg_mr(3): EBUSY). */
+	if (atomic_load(&mr->mw_binds))
+		return -EBUSY;
+	keytab_remove(&ctx->keys, mr->ibmr.lkey);
+	mr_wait_idle(&mr->users, 0);
+	atomic_fetch_sub(&mr->pd->refs, 1);
+	atomic_fetch_sub(&ctx->nmr, 1);
+	free(mr);
+	return 0;
+}
+
+int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
+	     size_t len, int access)
+{
+	struct sr_context *ctx = pd_ctx(mr->pd);
+	int ret;
+
+	if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+		      IBV_REREG_MR_CHANGE_ACCESS))
+		return -EINVAL;
+	if (!flags)
+		return -EINVAL;
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+		ret = access_ok(access);
+		if (ret)
+			return ret;
+	}
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !len))
+		return -EINVAL;
+	if (atomic_load(&mr->mw_binds))
+		return -EBUSY;
+
+	/* Take the key out while the record changes, so no access sees a
+	 * half-updated region; then publish under a fresh key, as hardware
+	 * that reissues keys does. */
+	pthread_rwlock_wrlock(&ctx->keys.lock);
+	{
+		struct sr_keyent *e = keytab_find_locked(&ctx->keys, mr->ibmr.lkey);
+
+		if (e)
+			e->obj = NULL;
+	}
+	pthread_rwlock_unlock(&ctx->keys.lock);
+	mr_wait_idle(&mr->users, 0);
+
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
+		mr_set_range(mr, addr, len, (uint64_t)(uintptr_t)addr);
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		mr->access = access;
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		atomic_fetch_sub(&mr->pd->refs, 1);
+		mr->pd = pd;
+		mr->ibmr.pd = &pd->ibpd;
+		atomic_fetch_add(&pd->refs, 1);
+	}
+	pthread_rwlock_wrlock(&ctx->keys.lock);
+	{
+		struct sr_keyent *e = keytab_find_locked(&ctx->keys, mr->ibmr.lkey);
+
+		if (e)
+			e->obj = mr;
+	}
+	pthread_rwlock_unlock(&ctx->keys.lock);
+	return 0;
+}
+
+/* Is [va, va+len) inside [base, base+size)? Overflow-proof. */
+static bool in_range(uint64_t base, uint64_t size, uint64_t va, uint64_t len)
+{
+	if (va < base)
+		return false;
+	if (len > size)
+		return false;
+	return va - base <= size - len;
+}
+
+int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
+	       uint64_t va, uint64_t len, int need, bool remote,
+	       struct sr_mref *out)
+{
+	struct sr_keyent *e;
+	int ret = -EACCES;
+
+	pthread_rwlock_rdlock(&ctx->keys.lock);
+	e = keytab_find_locked(&ctx->keys, key);
+	if (!e || !e->obj)
+		goto out;
+	if (e->kind == SR_KEY_MR) {
+		struct sr_mr *mr = e->obj;
+
+		/* A remote access must use the rkey; an lkey used remotely
+		 * is the same value here, so the rights decide. */
+		if (mr->pd != pd)
+			goto out;
+		if ((mr->access & need) != need)
+			goto out;
+		if (!mr->implicit && !in_range(mr->iova, mr->length, va, len)) {
+			ret = -ERANGE;
+			goto out;
+		}
+		out->addr = mr->vaddr + (uintptr_t)(va - mr->iova);
+		out->users = &mr->users;
+		atomic_fetch_add(&mr->users, 1);
+		ret = 0;
+	} else if (e->kind == SR_KEY_MW) {
+		struct sr_mw *mw = e->obj;
+
+		/* Windows are for remote access only (IBTA 10.6.7). */
+		if (!remote || !mw->mr)
+			goto out;
+		/* Type 2 windows are bound to a QP's PD; type 1 to the MR's. */
+		if (mw->pd != pd)
+			goto out;
+		if ((mw->access & need) != need)
+			goto out;
+		if (!in_range(mw->addr, mw->length, va, len)) {
+			ret = -ERANGE;
+			goto out;
+		}
+		out->addr = mw->mr->vaddr + (uintptr_t)(va - mw->mr->iova);
+		out->users = &mw->mr->users;
+		atomic_fetch_add(&mw->mr->users, 1);
+		ret = 0;
+	}
+out:
+	pthread_rwlock_unlock(&ctx->keys.lock);
+	(void)remote;
+	return ret;
+}
+
+void mr_release(struct sr_mref *r)
+{
+	if (r->users) {
+		atomic_fetch_sub(r->users, 1);
+		r->users = NULL;
+	}
+}
+
+/* ---- memory windows ------------------------------------------------------ */
+
+int mw_alloc(struct sr_pd *pd, enum ibv_mw_type type, struct sr_mw **out)
+{
+	struct sr_context *ctx = pd_ctx(pd);
+	struct sr_mw *mw;
+	uint32_t key;
+	int ret;
+
+	if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)
+		return -EINVAL;
+	mw = calloc(1, sizeof(*mw));
+	if (!mw)
+		return -ENOMEM;
+	mw->pd = pd;
+	ret = keytab_insert_random(&ctx->keys, SR_KEY_MW, mw, &key);
+	if (ret) {
+		free(mw);
+		return ret;
+	}
+	mw->ibmw.context = pd->ibpd.context;
+	mw->ibmw.pd = &pd->ibpd;
+	mw->ibmw.rkey = key;
+	mw->ibmw.handle = key;
+	mw->ibmw.type = type;
+	atomic_fetch_add(&pd->refs, 1);
+	atomic_fetch_add(&ctx->nmw, 1);
+	*out = mw;
+	return 0;
+}
+
+static void mw_unbind(struct sr_mw *mw)
+{
+	if (mw->mr) {
+		atomic_fetch_sub(&mw->mr->mw_binds, 1);
+		mw->mr = NULL;
+	}
+	mw->length = 0;
+	mw->access = 0;
+}
+
+int mw_dealloc(struct sr_mw *mw)
+{
+	struct sr_context *ctx = pd_ctx(mw->pd);
+
+	keytab_remove(&ctx->keys, mw->ibmw.rkey);
+	mw_unbind(mw);
+	atomic_fetch_sub(&mw->pd->refs, 1);
+	atomic_fetch_sub(&ctx->nmw, 1);
+	free(mw);
+	return 0;
+}
+
+/* IBTA Vol 1 §10.6.7.2: bind a window to (part of) an MR with MW_BIND
+ * rights. Type 1 keeps its rkey; type 2 takes the new key the consumer
+ * made with ibv_inc_rkey() (only the low 8 bits may change). */
+int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
+	    const struct ibv_mw_bind_info *bi)
+{
+	struct sr_context *ctx = pd_ctx(mw->pd);
+	struct sr_mr *mr = bi->mr ? to_mr(bi->mr) : NULL;
+	int access = (int)bi->mw_access_flags;
+	int ret = 0;
+
+	if (access & ~(ACC_REMOTE | IBV_ACCESS_ZERO_BASED))
+		return -EINVAL;
+	if (mr) {
+		if (!(mr->access & IBV_ACCESS_MW_BIND))
+			return -EACCES;
+		if (mr->pd != mw->pd || (qp && qp->pd != mw->pd))
+			return -EACCES;
+		/* A window cannot grant what the region does not have, and
+		 * remote write/atomic need local write on the region. */
+		if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+		    !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+			return -EACCES;
+		if (bi->length && !mr->implicit &&
+		    !in_range(mr->iova, mr->length, bi->addr, bi->length))
+			return -ERANGE;
+	}
+	if (mw->ibmw.type == IBV_MW_TYPE_2) {
+		if ((new_rkey & ~0xffU) != (mw->ibmw.rkey & ~0xffU))
+			return -EINVAL;
+		if (mw->mr && mw->qp)
+			return -EINVAL;		/* still valid: invalidate first */
+	}
+	pthread_rwlock_wrlock(&ctx->keys.lock);
+	if (mw->ibmw.type == IBV_MW_TYPE_2 && new_rkey != mw->ibmw.rkey) {
+		struct sr_keyent *e = keytab_find_locked(&ctx->keys, new_rkey);
+
+		if (e) {
+			ret = -EINVAL;
+			goto unlock;
+		}
+		e = keytab_find_locked(&ctx->keys, mw->ibmw.rkey);
+		if (e) {
+			/* Rekey in place: drop the old entry, add the new. */
+			e->key = 0;
+			e->kind = -1;
+			e->obj = NULL;
+			ctx->keys.used--;
+			ctx->keys.tombs++;
+		}
+	}
+	pthread_rwlock_unlock(&ctx->keys.lock);
+	if (mw->ibmw.type == IBV_MW_TYPE_2 && new_rkey != mw->ibmw.rkey) {
+		ret = keytab_insert(&ctx->keys, new_rkey, SR_KEY_MW, mw);
+		if (ret)
+			return ret;
+		mw->ibmw.rkey = new_rkey;
+	}
+	pthread_rwlock_wrlock(&ctx->keys.lock);
+	mw_unbind(mw);
+	if (mr && bi->length) {
+		mw->mr = mr;
+		atomic_fetch_add(&mr->mw_binds, 1);
+		mw->addr = bi->addr;
+		mw->length = bi->length;
+		mw->access = access;
+		mw->qp = mw->ibmw.type == IBV_MW_TYPE_2 ? qp : NULL;
+	}
+unlock:
+	pthread_rwlock_unlock(&ctx->keys.lock);
+	return ret;
+}
+
+int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey)
+{
+	struct sr_keyent *e;
+	int ret = -EINVAL;
+
+	pthread_rwlock_wrlock(&ctx->keys.lock);
+	e = keytab_find_locked(&ctx->keys, rkey);
+	if (e && e->kind == SR_KEY_MW) {
+		struct sr_mw *mw = e->obj;
+
+		/* Only type 2 windows are invalidated by a WR (IBTA 10.6.7.2.6). */
+		if (mw->ibmw.type == IBV_MW_TYPE_2 && mw->pd == pd) {
+			mw_unbind(mw);
+			mw->qp = NULL;
+			ret = 0;
+		}
+	}
+	pthread_rwlock_unlock(&ctx->keys.lock);
+	return ret;
+}

@@ -1,0 +1,32 @@
+#include "core/msg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const sr_msg_op_name[SR_MSG_OP_MAX] = {
+	[SR_MSG_WRITE] = "WRITE",
+	[SR_MSG_READ_REQ] = "READ_REQ",
+	[SR_MSG_READ_RESP] = "READ_RESP",
+	[SR_MSG_SEND] = "SEND",
+	[SR_MSG_TERMINATE] = "TERMINATE",
+	[SR_MSG_ATOMIC_REQ] = "ATOMIC_REQ",
+	[SR_MSG_ATOMIC_RESP] = "ATOMIC_RESP",
+	[SR_MSG_ACK] = "ACK",
+};
+
+struct sr_msg *msg_alloc(uint32_t payload_len)
+{
+	struct sr_msg *m = malloc(sizeof(*m) + payload_len);
+
+	if (!m)
+		return NULL;
+	memset(m, 0, sizeof(*m));
+	sr_list_init(&m->link);
+	m->len = payload_len;
+	return m;
+}
+
+void msg_free(struct sr_msg *m)
+{
+	free(m);
+}

@@ -1,0 +1,67 @@
+/* sr_msg: one RDMAP message as the core sees it, before any wire encoding.
+ *
+ * Each request carries the requester's message sequence number (msn); the
+ * responder answers every request, in order, with a response naming that
+ * msn (ACK for SEND/WRITE, READ_RESP, ATOMIC_RESP) or with TERMINATE. The
+ * ops map one-to-one onto RDMAP opcodes (RFC 5040 §4.3, RFC 7306 §8); ACK
+ * is the one softrnic-to-softrnic addition, negotiated per channel, which
+ * lets a requester report the responder's verdict in the completion as IB
+ * hardware does.
+ */
+#ifndef SOFTRNIC_MSG_H
+#define SOFTRNIC_MSG_H
+
+#include <stdint.h>
+#include "core/util.h"
+
+enum sr_msg_op {
+	SR_MSG_WRITE,
+	SR_MSG_READ_REQ,
+	SR_MSG_READ_RESP,
+	SR_MSG_SEND,
+	SR_MSG_TERMINATE,
+	SR_MSG_ATOMIC_REQ,
+	SR_MSG_ATOMIC_RESP,
+	SR_MSG_ACK,
+	SR_MSG_OP_MAX,
+};
+extern const char *const sr_msg_op_name[SR_MSG_OP_MAX];
+
+enum sr_msg_flags {
+	SR_MSGF_SE = 1 << 0,		/* solicited event */
+	SR_MSGF_IMM = 1 << 1,		/* carries immediate data */
+	SR_MSGF_INV = 1 << 2,		/* SEND with invalidate: inv_stag */
+};
+
+/* Verdicts a responder returns (ACK, TERMINATE). */
+enum sr_status {
+	SR_ST_OK = 0,
+	SR_ST_REM_ACCESS,	/* key, PD, bounds or access right */
+	SR_ST_REM_INV_REQ,	/* malformed, or receive buffer too small */
+	SR_ST_REM_OP,		/* responder could not complete the op */
+	SR_ST_RNR,		/* no receive WQE (not used as a verdict yet) */
+	SR_ST_FATAL,		/* stream lost */
+};
+
+struct sr_msg {
+	struct sr_list link;
+	uint8_t op;
+	uint8_t flags;
+	uint8_t status;			/* ACK, TERMINATE */
+	uint8_t atomic_op;		/* SR_ATOMIC_* */
+	uint32_t msn;
+	uint32_t stag;			/* WRITE/READ_REQ/ATOMIC: remote key */
+	uint64_t to;			/* ... and remote address */
+	uint32_t imm;			/* network order, as the application gave */
+	uint32_t inv_stag;
+	uint32_t rd_len;		/* READ_REQ: bytes asked for */
+	uint64_t add_swap, compare;	/* ATOMIC_REQ */
+	uint64_t orig;			/* ATOMIC_RESP */
+	uint32_t len;			/* payload bytes */
+	uint8_t payload[];
+};
+
+struct sr_msg *msg_alloc(uint32_t payload_len);
+void msg_free(struct sr_msg *m);
+
+#endif

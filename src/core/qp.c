@@ -1,0 +1,440 @@
+/* Queue pairs: creation, destruction, modify/query and linking two QPs
+ * through a channel. The send and receive paths are in sq.c and rx.c. */
+#include "core/qp.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t pow2_at_least(uint32_t n)
+{
+	uint32_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+void qp_get(struct sr_qp *qp)
+{
+	atomic_fetch_add(&qp->refs, 1);
+}
+
+void qp_put(struct sr_qp *qp)
+{
+	atomic_fetch_sub(&qp->refs, 1);
+}
+
+static int qp_check_cap(struct ibv_qp_init_attr_ex *a)
+{
+	struct ibv_qp_cap *c = &a->cap;
+
+	if (c->max_send_wr > SR_MAX_QP_WR || c->max_send_sge > SR_MAX_SGE ||
+	    c->max_inline_data > SR_MAX_INLINE)
+		return -EINVAL;
+	if (!a->srq && (c->max_recv_wr > SR_MAX_QP_WR || c->max_recv_sge > SR_MAX_SGE))
+		return -EINVAL;
+	return 0;
+}
+
+static int qp_alloc_queues(struct sr_qp *qp, struct ibv_qp_init_attr_ex *a)
+{
+	struct ibv_qp_cap *c = &qp->cap;
+	int ret;
+
+	c->max_send_wr = a->cap.max_send_wr;
+	c->max_send_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
+	c->max_inline_data = a->cap.max_inline_data;
+	qp->sq_max_wr = c->max_send_wr;
+	qp->sq_size = pow2_at_least(c->max_send_wr ? c->max_send_wr : 1);
+	qp->sq_stride = (uint32_t)(sizeof(struct sr_swqe) + c->max_send_sge * sizeof(struct ibv_sge));
+	qp->sq_stride = (qp->sq_stride + 7) & ~7U;
+	qp->sq_buf = calloc(qp->sq_size, qp->sq_stride);
+	if (!qp->sq_buf)
+		return -ENOMEM;
+	if (c->max_inline_data) {
+		qp->inl_buf = calloc(qp->sq_size, c->max_inline_data);
+		if (!qp->inl_buf)
+			goto err_sq;
+	}
+	if (qp->srq) {
+		c->max_recv_wr = 0;
+		c->max_recv_sge = 0;
+	} else {
+		c->max_recv_wr = a->cap.max_recv_wr;
+		c->max_recv_sge = a->cap.max_recv_sge ? a->cap.max_recv_sge : 1;
+		ret = rq_init(&qp->rq, c->max_recv_wr, c->max_recv_sge);
+		if (ret)
+			goto err_inl;
+	}
+	return 0;
+err_inl:
+	free(qp->inl_buf);
+err_sq:
+	free(qp->sq_buf);
+	return -ENOMEM;
+}
+
+int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_qp **out)
+{
+	struct sr_qp *qp;
+	uint32_t slot;
+	int ret;
+
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC)
+		return -EOPNOTSUPP;
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd)
+		return -EINVAL;
+	if (!a->send_cq || !a->recv_cq)
+		return -EINVAL;
+	ret = qp_check_cap(a);
+	if (ret)
+		return ret;
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return -ENOMEM;
+	qp->ctx = ctx;
+	qp->pd = to_pd(a->pd);
+	qp->scq = to_cq(a->send_cq);
+	qp->rcq = to_cq(a->recv_cq);
+	qp->srq = a->srq ? to_srq(a->srq) : NULL;
+	qp->sq_sig_all = a->sq_sig_all;
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		qp->send_ops_flags = a->send_ops_flags;
+	ret = qp_alloc_queues(qp, a);
+	if (ret)
+		goto err_free;
+	pthread_mutex_init(&qp->lock, NULL);
+	sr_list_init(&qp->rx_pending);
+	atomic_init(&qp->refs, 1);
+	qp->state = IBV_QPS_RESET;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (slot = 1; slot <= SR_MAX_QP && ctx->qps[slot]; slot++)
+		;
+	if (slot > SR_MAX_QP) {
+		pthread_mutex_unlock(&ctx->lock);
+		ret = -ENOMEM;
+		goto err_queues;
+	}
+	ctx->qps[slot] = qp;
+	qp->slot = slot;
+	pthread_mutex_unlock(&ctx->lock);
+
+	qp->ibqp.qp_base.context = &ctx->vctx.context;
+	qp->ibqp.qp_base.qp_context = a->qp_context;
+	qp->ibqp.qp_base.pd = a->pd;
+	qp->ibqp.qp_base.send_cq = a->send_cq;
+	qp->ibqp.qp_base.recv_cq = a->recv_cq;
+	qp->ibqp.qp_base.srq = a->srq;
+	qp->ibqp.qp_base.qp_num = ((uint32_t)ctx->port << 8) | slot;
+	qp->ibqp.qp_base.handle = qp->ibqp.qp_base.qp_num;
+	qp->ibqp.qp_base.state = IBV_QPS_RESET;
+	qp->ibqp.qp_base.qp_type = a->qp_type;
+	pthread_mutex_init(&qp->ibqp.qp_base.mutex, NULL);
+	pthread_cond_init(&qp->ibqp.qp_base.cond, NULL);
+	qp_init_wr_ops(qp);
+
+	atomic_fetch_add(&qp->pd->refs, 1);
+	atomic_fetch_add(&qp->scq->refs, 1);
+	atomic_fetch_add(&qp->rcq->refs, 1);
+	if (qp->srq)
+		atomic_fetch_add(&qp->srq->refs, 1);
+	atomic_fetch_add(&ctx->nqp, 1);
+	a->cap = qp->cap;
+	sr_dbg("QP %#x created (%s)", qp->ibqp.qp_base.qp_num,
+	       a->qp_type == IBV_QPT_RC ? "RC" : "UC");
+	*out = qp;
+	return 0;
+
+err_queues:
+	rq_free(&qp->rq);
+	free(qp->inl_buf);
+	free(qp->sq_buf);
+	pthread_mutex_destroy(&qp->lock);
+err_free:
+	free(qp);
+	return ret;
+}
+
+static void qp_unlink(struct sr_qp *qp)
+{
+	struct sr_chan *ch;
+
+	pthread_mutex_lock(&qp->lock);
+	ch = qp->chan;
+	qp->chan = NULL;
+	pthread_mutex_unlock(&qp->lock);
+	if (ch)
+		chan_close(ch);
+}
+
+int qp_destroy(struct sr_qp *qp)
+{
+	struct sr_context *ctx = qp->ctx;
+
+	pthread_mutex_lock(&ctx->lock);
+	qp->dying = true;
+	ctx->qps[qp->slot] = NULL;
+	pthread_mutex_unlock(&ctx->lock);
+
+	qp_unlink(qp);
+	/* Lookups that found it before it was unlisted finish first. */
+	while (atomic_load(&qp->refs) > 1)
+		sched_yield();
+	pthread_mutex_lock(&qp->lock);
+	qp->state = IBV_QPS_RESET;
+	while (!sr_list_empty(&qp->rx_pending)) {
+		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
+
+		sr_list_del(&m->link);
+		msg_free(m);
+	}
+	pthread_mutex_unlock(&qp->lock);
+	evq_remove_obj(&ctx->async, qp);
+	cq_forget_qp(qp->scq, qp);
+
+	atomic_fetch_sub(&qp->pd->refs, 1);
+	atomic_fetch_sub(&qp->scq->refs, 1);
+	atomic_fetch_sub(&qp->rcq->refs, 1);
+	if (qp->srq)
+		atomic_fetch_sub(&qp->srq->refs, 1);
+	atomic_fetch_sub(&ctx->nqp, 1);
+	sr_dbg("QP %#x destroyed", qp->ibqp.qp_base.qp_num);
+	rq_free(&qp->rq);
+	free(qp->inl_buf);
+	free(qp->sq_buf);
+	pthread_mutex_destroy(&qp->lock);
+	pthread_mutex_destroy(&qp->ibqp.qp_base.mutex);
+	pthread_cond_destroy(&qp->ibqp.qp_base.cond);
+	free(qp);
+	return 0;
+}
+
+/* Attribute values that are wrong whatever the transition. */
+static int qp_check_attr(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	if ((mask & IBV_QP_PORT) && a->port_num != 1)
+		return -EINVAL;
+	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0)
+		return -EINVAL;
+	if ((mask & IBV_QP_PATH_MTU) &&
+	    (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096))
+		return -EINVAL;
+	if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > SR_MAX_RD_ATOM)
+		return -EINVAL;
+	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > SR_MAX_RD_ATOM)
+		return -EINVAL;
+	if ((mask & IBV_QP_ACCESS_FLAGS) &&
+	    (a->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+		return -EINVAL;
+	if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31)
+		return -EINVAL;
+	if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7)
+		return -EINVAL;
+	if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7)
+		return -EINVAL;
+	if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31)
+		return -EINVAL;
+	if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > 0xffffff)
+		return -EINVAL;
+	if ((mask & IBV_QP_AV) && a->ah_attr.port_num && a->ah_attr.port_num != 1)
+		return -EINVAL;
+	if ((mask & IBV_QP_AV) && a->ah_attr.is_global &&
+	    a->ah_attr.grh.sgid_index >= SR_GID_TBL_LEN)
+		return -EINVAL;
+	if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != qp->state)
+		return -EINVAL;
+	return 0;
+}
+
+static void qp_store_attr(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	struct ibv_qp_attr *s = &qp->attr;
+
+#define KEEP(m, f) do { if (mask & (m)) s->f = a->f; } while (0)
+	KEEP(IBV_QP_PKEY_INDEX, pkey_index);
+	KEEP(IBV_QP_PORT, port_num);
+	KEEP(IBV_QP_ACCESS_FLAGS, qp_access_flags);
+	KEEP(IBV_QP_QKEY, qkey);
+	KEEP(IBV_QP_AV, ah_attr);
+	KEEP(IBV_QP_PATH_MTU, path_mtu);
+	KEEP(IBV_QP_DEST_QPN, dest_qp_num);
+	KEEP(IBV_QP_RQ_PSN, rq_psn);
+	KEEP(IBV_QP_MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+	KEEP(IBV_QP_MIN_RNR_TIMER, min_rnr_timer);
+	KEEP(IBV_QP_SQ_PSN, sq_psn);
+	KEEP(IBV_QP_TIMEOUT, timeout);
+	KEEP(IBV_QP_RETRY_CNT, retry_cnt);
+	KEEP(IBV_QP_RNR_RETRY, rnr_retry);
+	KEEP(IBV_QP_MAX_QP_RD_ATOMIC, max_rd_atomic);
+	KEEP(IBV_QP_ALT_PATH, alt_ah_attr);
+	KEEP(IBV_QP_ALT_PATH, alt_pkey_index);
+	KEEP(IBV_QP_ALT_PATH, alt_port_num);
+	KEEP(IBV_QP_ALT_PATH, alt_timeout);
+	KEEP(IBV_QP_PATH_MIG_STATE, path_mig_state);
+	KEEP(IBV_QP_EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+#undef KEEP
+}
+
+/* Discard every WQE without a completion (modify to RESET, IBTA 10.3.1). */
+static void qp_reset_locked(struct sr_qp *qp)
+{
+	/* Completions already queued keep their data but must not move the
+	 * indices we restart from zero. */
+	cq_forget_qp(qp->scq, qp);
+	qp->sq_head = qp->sq_next = qp->sq_tail = 0;
+	atomic_store(&qp->sq_reaped, 0);
+	qp->rq.head = qp->rq.tail = 0;
+	qp->ssn = 0;
+	qp->rx_expect_msn = 0;
+	while (!sr_list_empty(&qp->rx_pending)) {
+		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
+
+		sr_list_del(&m->link);
+		msg_free(m);
+	}
+	memset(&qp->attr, 0, sizeof(qp->attr));
+}
+
+static void qp_set_state_locked(struct sr_qp *qp, enum ibv_qp_state s)
+{
+	sr_dbg("QP %#x %s -> %s", qp->ibqp.qp_base.qp_num,
+	       sr_qp_state_name[qp->state], sr_qp_state_name[s]);
+	qp->state = s;
+	qp->ibqp.qp_base.state = s;
+}
+
+/* Both ends point at each other and can receive: join them. Only local
+ * peers for now; the TCP channel takes remote ones. */
+static pthread_mutex_t link_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool can_link(struct sr_qp *qp)
+{
+	return qp->state >= IBV_QPS_RTR && qp->state <= IBV_QPS_SQE && !qp->chan;
+}
+
+static void qp_try_link(struct sr_qp *qp)
+{
+	struct sr_qp *peer;
+	uint32_t me = qp->ibqp.qp_base.qp_num;
+	bool linked = false;
+
+	peer = ctx_find_qp(qp->attr.dest_qp_num);
+	if (!peer)
+		return;
+	pthread_mutex_lock(&link_lock);
+	pthread_mutex_lock(&qp->lock);
+	if (peer != qp)
+		pthread_mutex_lock(&peer->lock);
+	if (can_link(qp) && can_link(peer) && peer->attr.dest_qp_num == me &&
+	    peer->ibqp.qp_base.qp_type == qp->ibqp.qp_base.qp_type)
+		linked = true;
+	if (peer != qp)
+		pthread_mutex_unlock(&peer->lock);
+	pthread_mutex_unlock(&qp->lock);
+	if (linked && chan_inproc_connect(qp, peer) != 0)
+		linked = false;
+	pthread_mutex_unlock(&link_lock);
+	if (linked) {
+		qp_kick(qp);
+		if (peer != qp)
+			qp_kick(peer);
+	}
+	qp_put(peer);
+}
+
+int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	enum ibv_qp_state cur, next;
+	bool link = false, unlink = false;
+	int ret;
+
+	pthread_mutex_lock(&qp->lock);
+	cur = qp->state;
+	next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
+	ret = qp_check_attr(qp, a, mask);
+	if (!ret && !qp_transition_ok(qp->ibqp.qp_base.qp_type, cur, next, mask))
+		ret = -EINVAL;
+	if (ret) {
+		pthread_mutex_unlock(&qp->lock);
+		sr_dbg("QP %#x modify %s -> %s mask %#x rejected",
+		       qp->ibqp.qp_base.qp_num, sr_qp_state_name[cur],
+		       sr_qp_state_name[next], mask);
+		return ret;
+	}
+	if (next == IBV_QPS_RESET) {
+		unlink = qp->chan != NULL;
+		qp_reset_locked(qp);
+	}
+	qp_store_attr(qp, a, mask);
+	if (next != cur) {
+		if (next == IBV_QPS_ERR) {
+			qp_to_error_locked(qp);
+		} else {
+			qp_set_state_locked(qp, next);
+			if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT)
+				link = true;
+			if (next == IBV_QPS_RTS)
+				qp_sq_progress_locked(qp);
+		}
+	}
+	qp->attr.qp_state = qp->state;
+	pthread_mutex_unlock(&qp->lock);
+
+	if (unlink) {
+		struct sr_chan *ch;
+
+		pthread_mutex_lock(&qp->lock);
+		ch = qp->chan;
+		qp->chan = NULL;
+		pthread_mutex_unlock(&qp->lock);
+		if (ch)
+			chan_close(ch);
+	}
+	if (link)
+		qp_try_link(qp);
+	qp_kick(qp);
+	return 0;
+}
+
+int qp_query(struct sr_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
+{
+	pthread_mutex_lock(&qp->lock);
+	*a = qp->attr;
+	a->qp_state = qp->state;
+	a->cur_qp_state = qp->state;
+	a->cap = qp->cap;
+	a->sq_draining = 0;
+	a->port_num = qp->attr.port_num ? qp->attr.port_num : 1;
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = qp->ibqp.qp_base.qp_context;
+		init->send_cq = qp->ibqp.qp_base.send_cq;
+		init->recv_cq = qp->ibqp.qp_base.recv_cq;
+		init->srq = qp->ibqp.qp_base.srq;
+		init->cap = qp->cap;
+		init->qp_type = qp->ibqp.qp_base.qp_type;
+		init->sq_sig_all = qp->sq_sig_all;
+	}
+	pthread_mutex_unlock(&qp->lock);
+	(void)mask;
+	return 0;
+}
+
+void qp_kick(struct sr_qp *qp)
+{
+	struct sr_chan *ch;
+
+	pthread_mutex_lock(&qp->lock);
+	ch = qp->chan;
+	if (ch)
+		chan_get(ch);
+	pthread_mutex_unlock(&qp->lock);
+	if (ch) {
+		chan_kick(ch);
+		chan_put(ch);
+	}
+}

@@ -1,0 +1,122 @@
+/* Queue pairs: the IBTA state machine, the send queue (requester), the
+ * receive side (responder) and completion generation. */
+#ifndef SOFTRNIC_QP_H
+#define SOFTRNIC_QP_H
+
+#include "core/core.h"
+#include "core/msg.h"
+#include "chan/chan.h"
+
+/* Private send flag: a BIND_MW WQE made by ibv_bind_mw (type 1). */
+#define SR_SEND_BIND_TYPE1 (1U << 31)
+
+enum sr_swqe_state {
+	SR_WQE_POSTED,		/* waiting to be transmitted */
+	SR_WQE_SENT,		/* transmitted, waiting for the response */
+	SR_WQE_DONE,		/* has its final status */
+};
+
+struct sr_swqe {
+	uint64_t wr_id;
+	uint32_t opcode;		/* enum ibv_wr_opcode */
+	uint32_t flags;			/* enum ibv_send_flags */
+	uint32_t num_sge;
+	uint32_t imm;			/* imm_data (network order) */
+	uint32_t inv_rkey;		/* SEND_WITH_INV, LOCAL_INV */
+	uint32_t rkey;
+	uint64_t remote_addr;
+	uint64_t compare_add, swap;
+	struct ibv_mw *mw;		/* BIND_MW */
+	uint32_t bind_rkey;
+	struct ibv_mw_bind_info bind_info;
+	uint64_t length;		/* bytes the WQE moves */
+	uint32_t msn;
+	uint8_t state;			/* enum sr_swqe_state */
+	uint8_t status;			/* enum ibv_wc_status once DONE */
+	uint8_t *inl;			/* inline copy (IBV_SEND_INLINE) */
+	struct ibv_sge sge[];		/* cap.max_send_sge entries */
+};
+
+struct sr_qp {
+	struct ibv_qp_ex ibqp;		/* ibv_qp is its prefix */
+	struct sr_context *ctx;
+	struct sr_pd *pd;
+	struct sr_cq *scq, *rcq;
+	struct sr_srq *srq;
+	pthread_mutex_t lock;		/* everything below */
+	enum ibv_qp_state state;
+	struct ibv_qp_attr attr;	/* as last modified, for query */
+	struct ibv_qp_cap cap;
+	bool sq_sig_all;
+	uint64_t send_ops_flags;	/* ibv_qp_init_attr_ex, WR API */
+	uint32_t slot;
+
+	/* send queue: slots [head, tail) in use; [head, next) transmitted */
+	uint8_t *sq_buf;
+	uint32_t sq_stride, sq_size, sq_max_wr;
+	uint32_t sq_head, sq_next, sq_tail;
+	_Atomic uint32_t sq_reaped;	/* slots before it are free again */
+	uint8_t *inl_buf;		/* sq_size * cap.max_inline_data */
+	uint32_t ssn;			/* next msn to assign */
+
+	/* receive queue (unless srq) */
+	struct sr_rq rq;
+
+	/* responder: inbound requests that wait for a receive WQE (RNR) */
+	struct sr_list rx_pending;
+	uint32_t rx_expect_msn;
+
+	/* connection */
+	struct sr_chan *chan;
+	atomic_int refs;
+	bool dying;
+	uint32_t async_given;		/* async events handed out */
+
+	/* WR API (ibv_qp_ex) building state */
+	uint32_t wr_begin;		/* sq_tail when wr_start was called */
+	int wr_err;
+	struct sr_swqe *wr_cur;
+};
+
+static inline struct sr_qp *to_qp(struct ibv_qp *q) { return (struct sr_qp *)q; }
+static inline struct sr_swqe *sq_at(struct sr_qp *qp, uint32_t i)
+{
+	return (struct sr_swqe *)(qp->sq_buf + (size_t)(i & (qp->sq_size - 1)) * qp->sq_stride);
+}
+
+extern const char *const sr_qp_state_name[IBV_QPS_UNKNOWN + 1];
+
+int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *attr, struct sr_qp **out);
+int qp_destroy(struct sr_qp *qp);
+int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *attr, int mask);
+int qp_query(struct sr_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
+/* The IBTA attribute rules (IBTA Vol 1 §11.2.1, table of the kernel's
+ * ib_modify_qp_is_ok): does this transition with this mask make sense? */
+bool qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state cur,
+		      enum ibv_qp_state next, int mask);
+
+int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+void qp_init_wr_ops(struct sr_qp *qp);
+
+/* Called by channels. qp_rx: one inbound message; returns true if the QP
+ * kept it (the channel must not free it). Takes the QP lock itself. */
+bool qp_rx(struct sr_qp *qp, struct sr_msg *m);
+void qp_chan_lost(struct sr_qp *qp);
+/* Send-queue progress: transmit what can go; caller holds qp->lock. */
+void qp_sq_progress_locked(struct sr_qp *qp);
+/* After unlocking: let the channel move what was queued. */
+void qp_kick(struct sr_qp *qp);
+/* Enter ERROR: flush every WQE; caller holds qp->lock. */
+void qp_to_error_locked(struct sr_qp *qp);
+void qp_get(struct sr_qp *qp);
+void qp_put(struct sr_qp *qp);
+
+
+
+/* Internal to the core (sq.c / rx.c / wr.c). */
+struct sr_swqe *sq_find_sent_locked(struct sr_qp *qp, uint32_t msn);
+void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st);
+int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
+void qp_rx_resume_locked(struct sr_qp *qp);
+#endif

@@ -1,0 +1,420 @@
+/* Inbound messages: the responder (requests from the peer) and the
+ * requester's half that settles WQEs from responses (ACK, READ_RESP,
+ * ATOMIC_RESP, TERMINATE).
+ *
+ * Every request is checked before one byte moves: QP access rights, key,
+ * PD, bounds and MR rights (IBTA 9.7.4.1.6 / RFC 5040 §6.4). A violation is
+ * answered with a negative ACK or TERMINATE, the QP enters ERROR, and the
+ * requester completes the WQE with the matching remote error.
+ */
+#include "core/qp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum rx_result { RX_DONE, RX_PARK };
+
+static void respond(struct sr_qp *qp, struct sr_msg *req, int op, int status)
+{
+	struct sr_msg *r;
+
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UC || !qp->chan)
+		return;
+	/* Without acks the requester learns of errors only by TERMINATE. */
+	if (op == SR_MSG_ACK && status == SR_ST_OK && !qp->chan->acks)
+		return;
+	r = msg_alloc(0);
+	if (!r)
+		return;
+	r->op = (uint8_t)(status != SR_ST_OK && !qp->chan->acks ? SR_MSG_TERMINATE : op);
+	r->msn = req->msn;
+	r->status = (uint8_t)status;
+	chan_send(qp->chan, r);
+}
+
+/* A responder-side violation: tell the requester, then enter ERROR. */
+static void rx_fail(struct sr_qp *qp, struct sr_msg *req, int status,
+		    enum ibv_event_type ev)
+{
+	sr_dbg("QP %#x: %s msn %u rejected (status %d)", qp->ibqp.qp_base.qp_num,
+	       sr_msg_op_name[req->op], req->msn, status);
+	respond(qp, req, SR_MSG_ACK, status);
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UC)
+		return;		/* UC drops bad packets silently (IBTA 9.7.5.2) */
+	qp_to_error_locked(qp);
+	ctx_async_event(qp->ctx, qp, ev);
+}
+
+static bool take_rwqe(struct sr_qp *qp, struct sr_rwqe *out)
+{
+	if (qp->srq)
+		return srq_take(qp->srq, out) == 0;
+	if (qp->rq.head == qp->rq.tail)
+		return false;
+	memcpy(out, rq_at(&qp->rq, qp->rq.head), qp->rq.stride);
+	qp->rq.head++;
+	return true;
+}
+
+static uint32_t rwqe_max_sge(struct sr_qp *qp)
+{
+	return qp->srq ? qp->srq->rq.max_sge : qp->rq.max_sge;
+}
+
+static void recv_complete(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m,
+			  enum ibv_wc_opcode op, enum ibv_wc_status st)
+{
+	struct ibv_wc wc = {
+		.wr_id = r->wr_id,
+		.status = st,
+		.opcode = op,
+		.qp_num = qp->ibqp.qp_base.qp_num,
+		.src_qp = qp->attr.dest_qp_num,
+	};
+
+	if (st == IBV_WC_SUCCESS) {
+		wc.byte_len = m->len;
+		if (m->flags & SR_MSGF_IMM) {
+			wc.wc_flags |= IBV_WC_WITH_IMM;
+			wc.imm_data = m->imm;
+		}
+		if (m->flags & SR_MSGF_INV) {
+			wc.wc_flags |= IBV_WC_WITH_INV;
+			wc.invalidated_rkey = m->inv_stag;
+		}
+	}
+	cq_push(qp->rcq, &wc, (m->flags & SR_MSGF_SE) != 0);
+}
+
+/* Scatter a SEND payload into a receive WQE. */
+static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m)
+{
+	uint64_t room = 0, off = 0;
+
+	for (uint32_t i = 0; i < r->num_sge; i++)
+		room += r->sge[i].length;
+	if (m->len > room)
+		return IBV_WC_LOC_LEN_ERR;
+	for (uint32_t i = 0; i < r->num_sge && off < m->len; i++) {
+		struct ibv_sge *s = &r->sge[i];
+		uint32_t n = (uint32_t)sr_min((uint64_t)s->length, m->len - off);
+		struct sr_mref ref;
+
+		if (!n)
+			continue;
+		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, n,
+			       IBV_ACCESS_LOCAL_WRITE, false, &ref))
+			return IBV_WC_LOC_PROT_ERR;
+		if (mem_write(ref.addr, m->payload + off, n)) {
+			mr_release(&ref);
+			return IBV_WC_LOC_PROT_ERR;
+		}
+		mr_release(&ref);
+		off += n;
+	}
+	return IBV_WC_SUCCESS;
+}
+
+static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
+{
+	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
+	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+	enum ibv_wc_status st;
+
+	(void)rwqe_max_sge;
+	if (!take_rwqe(qp, r))
+		return RX_PARK;
+	st = scatter(qp, r, m);
+	if (st == IBV_WC_SUCCESS && (m->flags & SR_MSGF_INV) &&
+	    mw_invalidate(qp->ctx, qp->pd, m->inv_stag))
+		st = IBV_WC_REM_INV_REQ_ERR;
+	if (st != IBV_WC_SUCCESS) {
+		/* IBTA 9.7.5.2.x: a too-short receive buffer is the
+		 * requester's invalid request; a bad local key is ours. */
+		recv_complete(qp, r, m, IBV_WC_RECV, st);
+		rx_fail(qp, m, st == IBV_WC_LOC_PROT_ERR ? SR_ST_REM_OP : SR_ST_REM_INV_REQ,
+			st == IBV_WC_LOC_PROT_ERR ? IBV_EVENT_QP_FATAL : IBV_EVENT_QP_REQ_ERR);
+		return RX_DONE;
+	}
+	recv_complete(qp, r, m, IBV_WC_RECV, IBV_WC_SUCCESS);
+	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
+	return RX_DONE;
+}
+
+/* Resolve a remote key for this QP's PD, with the QP's and the region's
+ * rights both required (IBTA 10.6.3.3 / 10.2.4). */
+static int rx_resolve(struct sr_qp *qp, struct sr_msg *m, uint64_t len, int need,
+		      struct sr_mref *ref)
+{
+	if (!(qp->attr.qp_access_flags & need))
+		return -EACCES;
+	return mr_resolve(qp->ctx, qp->pd, m->stag, m->to, len, need, true, ref);
+}
+
+static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
+{
+	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
+	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+	bool imm = m->flags & SR_MSGF_IMM;
+	struct sr_mref ref = { 0 };
+
+	/* WRITE with immediate consumes a receive WQE: check for one before
+	 * placing anything, so an RNR retry finds the data unplaced. */
+	if (imm && (qp->srq ? qp->srq->rq.head == qp->srq->rq.tail
+			    : qp->rq.head == qp->rq.tail))
+		return RX_PARK;
+	if (m->len) {
+		if (rx_resolve(qp, m, m->len, IBV_ACCESS_REMOTE_WRITE, &ref)) {
+			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+			return RX_DONE;
+		}
+		if (mem_write(ref.addr, m->payload, m->len)) {
+			mr_release(&ref);
+			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+			return RX_DONE;
+		}
+		mr_release(&ref);
+	}
+	if (imm) {
+		if (!take_rwqe(qp, r))
+			return RX_PARK;		/* SRQ emptied by another QP */
+		recv_complete(qp, r, m, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS);
+	}
+	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
+	return RX_DONE;
+}
+
+static enum rx_result rx_read(struct sr_qp *qp, struct sr_msg *m)
+{
+	struct sr_mref ref = { 0 };
+	struct sr_msg *r;
+
+	r = msg_alloc(m->rd_len);
+	if (!r) {
+		rx_fail(qp, m, SR_ST_REM_OP, IBV_EVENT_QP_FATAL);
+		return RX_DONE;
+	}
+	if (m->rd_len) {
+		if (rx_resolve(qp, m, m->rd_len, IBV_ACCESS_REMOTE_READ, &ref) ||
+		    mem_read(r->payload, ref.addr, m->rd_len)) {
+			mr_release(&ref);
+			msg_free(r);
+			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+			return RX_DONE;
+		}
+		mr_release(&ref);
+	}
+	r->op = SR_MSG_READ_RESP;
+	r->msn = m->msn;
+	chan_send(qp->chan, r);
+	return RX_DONE;
+}
+
+static enum rx_result rx_atomic(struct sr_qp *qp, struct sr_msg *m)
+{
+	struct sr_mref ref = { 0 };
+	struct sr_msg *r;
+	uint64_t orig = 0;
+
+	/* IBTA 9.4.5: the target must be 8-byte aligned. */
+	if (m->to & 7) {
+		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
+		return RX_DONE;
+	}
+	if (rx_resolve(qp, m, 8, IBV_ACCESS_REMOTE_ATOMIC, &ref) ||
+	    mem_atomic(ref.addr, m->atomic_op, m->atomic_op == SR_ATOMIC_CMP_SWP ? m->compare
+									      : m->add_swap,
+		       m->add_swap, &orig)) {
+		mr_release(&ref);
+		rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+		return RX_DONE;
+	}
+	mr_release(&ref);
+	r = msg_alloc(0);
+	if (!r)
+		return RX_DONE;
+	r->op = SR_MSG_ATOMIC_RESP;
+	r->msn = m->msn;
+	r->orig = orig;
+	chan_send(qp->chan, r);
+	return RX_DONE;
+}
+
+static enum rx_result rx_request(struct sr_qp *qp, struct sr_msg *m)
+{
+	switch (m->op) {
+	case SR_MSG_SEND: return rx_send(qp, m);
+	case SR_MSG_WRITE: return rx_write(qp, m);
+	case SR_MSG_READ_REQ: return rx_read(qp, m);
+	case SR_MSG_ATOMIC_REQ: return rx_atomic(qp, m);
+	default:
+		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
+		return RX_DONE;
+	}
+}
+
+static enum ibv_wc_status status_to_wc(int st)
+{
+	switch (st) {
+	case SR_ST_OK: return IBV_WC_SUCCESS;
+	case SR_ST_REM_ACCESS: return IBV_WC_REM_ACCESS_ERR;
+	case SR_ST_REM_INV_REQ: return IBV_WC_REM_INV_REQ_ERR;
+	case SR_ST_RNR: return IBV_WC_RNR_RETRY_EXC_ERR;
+	case SR_ST_FATAL: return IBV_WC_RETRY_EXC_ERR;
+	default: return IBV_WC_REM_OP_ERR;
+	}
+}
+
+/* Land a READ response in the WQE's scatter list. */
+static enum ibv_wc_status land_read(struct sr_qp *qp, struct sr_swqe *w, struct sr_msg *m)
+{
+	uint64_t off = 0;
+
+	if (m->len != w->length)
+		return IBV_WC_BAD_RESP_ERR;
+	for (uint32_t i = 0; i < w->num_sge && off < m->len; i++) {
+		struct ibv_sge *s = &w->sge[i];
+		struct sr_mref ref;
+
+		if (!s->length)
+			continue;
+		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length,
+			       IBV_ACCESS_LOCAL_WRITE, false, &ref))
+			return IBV_WC_LOC_PROT_ERR;
+		if (mem_write(ref.addr, m->payload + off, s->length)) {
+			mr_release(&ref);
+			return IBV_WC_LOC_PROT_ERR;
+		}
+		mr_release(&ref);
+		off += s->length;
+	}
+	return IBV_WC_SUCCESS;
+}
+
+static void rx_response(struct sr_qp *qp, struct sr_msg *m)
+{
+	struct sr_swqe *w = sq_find_sent_locked(qp, m->msn);
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+	if (!w) {
+		if (m->op == SR_MSG_TERMINATE) {
+			qp_to_error_locked(qp);
+			ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_FATAL);
+		}
+		return;		/* stale or unsolicited response: ignore */
+	}
+	switch (m->op) {
+	case SR_MSG_ACK:
+	case SR_MSG_TERMINATE:
+		st = status_to_wc(m->status);
+		if (m->op == SR_MSG_TERMINATE && st == IBV_WC_SUCCESS)
+			st = IBV_WC_REM_OP_ERR;
+		break;
+	case SR_MSG_READ_RESP:
+		st = w->opcode == IBV_WR_RDMA_READ ? land_read(qp, w, m) : IBV_WC_BAD_RESP_ERR;
+		break;
+	case SR_MSG_ATOMIC_RESP: {
+		struct sr_mref ref;
+
+		if (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
+		    w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			st = IBV_WC_BAD_RESP_ERR;
+			break;
+		}
+		if (mr_resolve(qp->ctx, qp->pd, w->sge[0].lkey, w->sge[0].addr, 8,
+			       IBV_ACCESS_LOCAL_WRITE, false, &ref)) {
+			st = IBV_WC_LOC_PROT_ERR;
+			break;
+		}
+		if (mem_write(ref.addr, &m->orig, 8))
+			st = IBV_WC_LOC_PROT_ERR;
+		mr_release(&ref);
+		break;
+	}
+	}
+	sq_settle_locked(qp, w, st);
+}
+
+/* Process parked requests in order until one must wait again. */
+static void rx_drain_pending_locked(struct sr_qp *qp)
+{
+	while (!sr_list_empty(&qp->rx_pending) && qp->state != IBV_QPS_ERR) {
+		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
+
+		sr_list_del(&m->link);
+		if (rx_request(qp, m) == RX_PARK) {
+			/* back at the head: sr_list has no add_head, so
+			 * splice by hand */
+			m->link.next = qp->rx_pending.next;
+			m->link.prev = &qp->rx_pending;
+			qp->rx_pending.next->prev = &m->link;
+			qp->rx_pending.next = &m->link;
+			return;
+		}
+		msg_free(m);
+	}
+}
+
+void qp_rx_resume_locked(struct sr_qp *qp)
+{
+	rx_drain_pending_locked(qp);
+}
+
+static bool is_response(uint8_t op)
+{
+	return op == SR_MSG_ACK || op == SR_MSG_READ_RESP || op == SR_MSG_ATOMIC_RESP ||
+	       op == SR_MSG_TERMINATE;
+}
+
+bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
+{
+	bool kept = false;
+
+	if (m->op >= SR_MSG_OP_MAX)
+		return false;
+	pthread_mutex_lock(&qp->lock);
+	if (is_response(m->op)) {
+		if (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ||
+		    qp->state == IBV_QPS_SQE)
+			rx_response(qp, m);
+		else if (m->op == SR_MSG_TERMINATE && qp->state == IBV_QPS_RTR)
+			qp_to_error_locked(qp);
+		goto out;
+	}
+	/* Requests need a receive side: RTR and later, not ERROR. */
+	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE)
+		goto out;
+	if (!sr_list_empty(&qp->rx_pending) || rx_request(qp, m) == RX_PARK) {
+		/* UC has no RNR: a message with no receive WQE is dropped
+		 * (IBTA 9.7.5.2.4 for UC). */
+		if (qp->ibqp.qp_base.qp_type == IBV_QPT_UC)
+			goto out;
+		/* RNR: keep it, in order, until a receive WQE is posted.
+		 * With rnr_retry 7 (infinite) this is exactly what the
+		 * requester's retries would achieve. */
+		sr_list_add_tail(&qp->rx_pending, &m->link);
+		kept = true;
+	}
+out:
+	pthread_mutex_unlock(&qp->lock);
+	return kept;
+}
+
+void qp_chan_lost(struct sr_qp *qp)
+{
+	pthread_mutex_lock(&qp->lock);
+	if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
+		/* The WQE at the head will never get its answer: it fails as
+		 * a transport retry would; the rest are flushed. */
+		if (qp->sq_head != qp->sq_next) {
+			struct sr_swqe *w = sq_at(qp, qp->sq_head);
+
+			if (w->state == SR_WQE_SENT)
+				sq_settle_locked(qp, w, IBV_WC_RETRY_EXC_ERR);
+		}
+		qp_to_error_locked(qp);
+		ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_FATAL);
+	}
+	pthread_mutex_unlock(&qp->lock);
+}

@@ -1,0 +1,481 @@
+/* The requester: posting send WRs, transmitting them in order through the
+ * channel, and completing them in order (IBTA 10.8: completions of a send
+ * queue are returned in the order the WRs were posted). */
+#include "core/qp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool wqe_signaled(struct sr_qp *qp, struct sr_swqe *w)
+{
+	return qp->sq_sig_all || (w->flags & IBV_SEND_SIGNALED);
+}
+
+static enum ibv_wc_opcode wc_opcode(uint32_t op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+	case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
+	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+	default: return IBV_WC_SEND;
+	}
+}
+
+void qp_sq_reaped(struct sr_qp *qp, uint32_t upto)
+{
+	uint32_t cur = atomic_load(&qp->sq_reaped);
+
+	/* Free-running indices: move forward only. */
+	while ((int32_t)(upto - cur) > 0 &&
+	       !atomic_compare_exchange_weak(&qp->sq_reaped, &cur, upto))
+		;
+}
+
+/* Complete the WQE at sq_head. Caller holds qp->lock. */
+static void sq_complete_one(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st)
+{
+	struct ibv_wc wc = {
+		.wr_id = w->wr_id,
+		.status = st,
+		.opcode = wc_opcode(w->opcode),
+		.qp_num = qp->ibqp.qp_base.qp_num,
+	};
+
+	if (st == IBV_WC_SUCCESS) {
+		if (w->opcode == IBV_WR_RDMA_READ)
+			wc.byte_len = (uint32_t)w->length;
+		else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+			 w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			wc.byte_len = 8;
+		else
+			wc.byte_len = (uint32_t)w->length;
+	}
+	cq_push_sq(qp->scq, &wc, qp, qp->sq_head + 1);
+}
+
+/* Retire finished WQEs from the head, in order. A WQE that failed moves
+ * the QP to ERROR, which flushes the rest. Caller holds qp->lock. */
+static void sq_retire_locked(struct sr_qp *qp)
+{
+	while (qp->sq_head != qp->sq_next) {
+		struct sr_swqe *w = sq_at(qp, qp->sq_head);
+
+		if (w->state != SR_WQE_DONE)
+			break;
+		if (w->status != IBV_WC_SUCCESS) {
+			sq_complete_one(qp, w, w->status);
+			qp->sq_head++;
+			qp_to_error_locked(qp);
+			return;
+		}
+		if (wqe_signaled(qp, w))
+			sq_complete_one(qp, w, IBV_WC_SUCCESS);
+		qp->sq_head++;
+	}
+}
+
+/* Every WQE not yet completed completes with WR_FLUSH_ERR; the receive
+ * queue too (IBTA 10.3.1 "Error state"). Caller holds qp->lock. */
+void qp_to_error_locked(struct sr_qp *qp)
+{
+	if (qp->state != IBV_QPS_ERR) {
+		sr_dbg("QP %#x %s -> ERR", qp->ibqp.qp_base.qp_num, sr_qp_state_name[qp->state]);
+		qp->state = IBV_QPS_ERR;
+		qp->ibqp.qp_base.state = IBV_QPS_ERR;
+		qp->attr.qp_state = IBV_QPS_ERR;
+	}
+	while (qp->sq_head != qp->sq_tail) {
+		struct sr_swqe *w = sq_at(qp, qp->sq_head);
+
+		sq_complete_one(qp, w, IBV_WC_WR_FLUSH_ERR);
+		qp->sq_head++;
+	}
+	qp->sq_next = qp->sq_tail;
+	if (!qp->srq) {
+		while (qp->rq.head != qp->rq.tail) {
+			struct sr_rwqe *r = rq_at(&qp->rq, qp->rq.head);
+			struct ibv_wc wc = {
+				.wr_id = r->wr_id,
+				.status = IBV_WC_WR_FLUSH_ERR,
+				.opcode = IBV_WC_RECV,
+				.qp_num = qp->ibqp.qp_base.qp_num,
+			};
+
+			cq_push(qp->rcq, &wc, false);
+			qp->rq.head++;
+		}
+	}
+	while (!sr_list_empty(&qp->rx_pending)) {
+		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
+
+		sr_list_del(&m->link);
+		msg_free(m);
+	}
+}
+
+/* Copy a WQE's gather list into buf. Local reads need no access right
+ * beyond a valid lkey in the QP's PD (IBTA 10.6.3.3). */
+static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *buf)
+{
+	size_t off = 0;
+
+	if (w->flags & IBV_SEND_INLINE) {
+		memcpy(buf, w->inl, w->length);
+		return IBV_WC_SUCCESS;
+	}
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		struct ibv_sge *s = &w->sge[i];
+		struct sr_mref r;
+
+		if (!s->length)
+			continue;
+		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length, 0, false, &r))
+			return IBV_WC_LOC_PROT_ERR;
+		if (mem_read(buf + off, r.addr, s->length)) {
+			mr_release(&r);
+			return IBV_WC_LOC_PROT_ERR;
+		}
+		mr_release(&r);
+		off += s->length;
+	}
+	return IBV_WC_SUCCESS;
+}
+
+/* Where a READ response or atomic result will land must be writable. */
+static enum ibv_wc_status check_sink(struct sr_qp *qp, struct sr_swqe *w)
+{
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		struct ibv_sge *s = &w->sge[i];
+		struct sr_mref r;
+
+		if (!s->length)
+			continue;
+		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length,
+			       IBV_ACCESS_LOCAL_WRITE, false, &r))
+			return IBV_WC_LOC_PROT_ERR;
+		mr_release(&r);
+	}
+	return IBV_WC_SUCCESS;
+}
+
+static enum ibv_wc_status local_op(struct sr_qp *qp, struct sr_swqe *w)
+{
+	if (w->opcode == IBV_WR_LOCAL_INV)
+		return mw_invalidate(qp->ctx, qp->pd, w->inv_rkey) ? IBV_WC_MW_BIND_ERR
+								    : IBV_WC_SUCCESS;
+	/* BIND_MW: type 2 windows through a WQE (ibv_post_send(3)); type 1
+	 * only through ibv_bind_mw(), which marks its WQE. */
+	if (!w->mw || (w->mw->type != IBV_MW_TYPE_2 && !(w->flags & SR_SEND_BIND_TYPE1)))
+		return IBV_WC_MW_BIND_ERR;
+	return mw_bind(qp, to_mw(w->mw), w->bind_rkey, &w->bind_info) ? IBV_WC_MW_BIND_ERR
+								     : IBV_WC_SUCCESS;
+}
+
+/* Build the message for one WQE. Returns NULL with *st set on a local
+ * error, or NULL with *st == SUCCESS if memory ran out (retry later). */
+static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status *st)
+{
+	bool carries = w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM ||
+		       w->opcode == IBV_WR_SEND_WITH_INV || w->opcode == IBV_WR_RDMA_WRITE ||
+		       w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+	struct sr_msg *m;
+
+	*st = IBV_WC_SUCCESS;
+	m = msg_alloc(carries ? (uint32_t)w->length : 0);
+	if (!m)
+		return NULL;
+	m->msn = w->msn;
+	if (w->flags & IBV_SEND_SOLICITED)
+		m->flags |= SR_MSGF_SE;
+	switch (w->opcode) {
+	case IBV_WR_SEND_WITH_IMM:
+		m->flags |= SR_MSGF_IMM;
+		m->imm = w->imm;
+		/* fall through */
+	case IBV_WR_SEND:
+		m->op = SR_MSG_SEND;
+		break;
+	case IBV_WR_SEND_WITH_INV:
+		m->op = SR_MSG_SEND;
+		m->flags |= SR_MSGF_INV;
+		m->inv_stag = w->inv_rkey;
+		break;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		m->flags |= SR_MSGF_IMM;
+		m->imm = w->imm;
+		/* fall through */
+	case IBV_WR_RDMA_WRITE:
+		m->op = SR_MSG_WRITE;
+		m->stag = w->rkey;
+		m->to = w->remote_addr;
+		break;
+	case IBV_WR_RDMA_READ:
+		m->op = SR_MSG_READ_REQ;
+		m->stag = w->rkey;
+		m->to = w->remote_addr;
+		m->rd_len = (uint32_t)w->length;
+		*st = check_sink(qp, w);
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		m->op = SR_MSG_ATOMIC_REQ;
+		m->atomic_op = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? SR_ATOMIC_CMP_SWP
+								     : SR_ATOMIC_FETCH_ADD;
+		m->stag = w->rkey;
+		m->to = w->remote_addr;
+		m->compare = w->compare_add;
+		m->add_swap = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w->swap : w->compare_add;
+		*st = check_sink(qp, w);
+		break;
+	}
+	if (*st == IBV_WC_SUCCESS && carries)
+		*st = gather(qp, w, m->payload);
+	if (*st != IBV_WC_SUCCESS) {
+		msg_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void qp_sq_progress_locked(struct sr_qp *qp)
+{
+	bool is_uc = qp->ibqp.qp_base.qp_type == IBV_QPT_UC;
+
+	while (qp->state == IBV_QPS_RTS && qp->chan && qp->sq_next != qp->sq_tail) {
+		struct sr_swqe *w = sq_at(qp, qp->sq_next);
+		enum ibv_wc_status st;
+		struct sr_msg *m;
+
+		if (w->opcode == IBV_WR_LOCAL_INV || w->opcode == IBV_WR_BIND_MW) {
+			w->status = local_op(qp, w);
+			w->state = SR_WQE_DONE;
+			qp->sq_next++;
+			continue;
+		}
+		w->msn = qp->ssn;
+		m = build_msg(qp, w, &st);
+		if (!m) {
+			if (st == IBV_WC_SUCCESS)
+				break;		/* out of memory: try again later */
+			w->status = st;
+			w->state = SR_WQE_DONE;
+			qp->sq_next++;
+			break;
+		}
+		qp->ssn++;
+		qp->sq_next++;
+		w->state = SR_WQE_SENT;
+		/* Without responder acks (UC, or a peer that sends none), a
+		 * SEND or WRITE is complete once handed to the transport. */
+		if ((is_uc || !qp->chan->acks) &&
+		    (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE)) {
+			w->state = SR_WQE_DONE;
+			w->status = IBV_WC_SUCCESS;
+		}
+		if (chan_send(qp->chan, m)) {
+			/* The stream is gone; qp_chan_lost will follow. */
+			break;
+		}
+	}
+	sq_retire_locked(qp);
+}
+
+/* Called with qp->lock held by the responder-side code when a response
+ * settles the WQE with this msn. */
+struct sr_swqe *sq_find_sent_locked(struct sr_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq_head; i != qp->sq_next; i++) {
+		struct sr_swqe *w = sq_at(qp, i);
+
+		if (w->state == SR_WQE_SENT && w->msn == msn)
+			return w;
+	}
+	return NULL;
+}
+
+void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st)
+{
+	w->state = SR_WQE_DONE;
+	w->status = st;
+	sq_retire_locked(qp);
+}
+
+/* ---- posting ------------------------------------------------------------- */
+
+static int check_opcode(struct sr_qp *qp, uint32_t op)
+{
+	bool uc = qp->ibqp.qp_base.qp_type == IBV_QPT_UC;
+
+	switch (op) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_LOCAL_INV:
+	case IBV_WR_BIND_MW:
+		return 0;
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return uc ? -EINVAL : 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+static bool sq_state_accepts(struct sr_qp *qp)
+{
+	/* ibv_post_send(3): RTS, SQD, SQE and ERR accept; ERR flushes. */
+	return qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_ERR;
+}
+
+/* Fill the next free slot from @wr; caller holds qp->lock. */
+static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct sr_swqe *w;
+	uint64_t len = 0;
+	uint32_t slot;
+	int ret;
+
+	if (qp->sq_tail - atomic_load(&qp->sq_reaped) >= qp->sq_max_wr)
+		return -ENOMEM;
+	ret = check_opcode(qp, wr->opcode);
+	if (ret)
+		return ret;
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
+		return -EINVAL;
+	for (int i = 0; i < wr->num_sge; i++)
+		len += wr->sg_list[i].length;
+	if (len > SR_MAX_MSG)
+		return -EINVAL;
+	slot = qp->sq_tail & (qp->sq_size - 1);
+	w = sq_at(qp, qp->sq_tail);
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr->wr_id;
+	w->opcode = wr->opcode;
+	w->flags = wr->send_flags;
+	w->length = len;
+	switch (wr->opcode) {
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		if (wr->num_sge != 1 || wr->sg_list[0].length < 8)
+			return -EINVAL;
+		w->rkey = wr->wr.atomic.rkey;
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->compare_add = wr->wr.atomic.compare_add;
+		w->swap = wr->wr.atomic.swap;
+		w->length = 8;
+		break;
+	case IBV_WR_RDMA_READ:
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		w->rkey = wr->wr.rdma.rkey;
+		w->remote_addr = wr->wr.rdma.remote_addr;
+		break;
+	case IBV_WR_LOCAL_INV:
+	case IBV_WR_SEND_WITH_INV:
+		w->inv_rkey = wr->invalidate_rkey;
+		break;
+	case IBV_WR_BIND_MW:
+		w->mw = wr->bind_mw.mw;
+		w->bind_rkey = wr->bind_mw.rkey;
+		w->bind_info = wr->bind_mw.bind_info;
+		break;
+	default:
+		break;
+	}
+	if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		w->imm = wr->imm_data;
+	if (w->flags & IBV_SEND_INLINE) {
+		size_t off = 0;
+
+		if (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+		    wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			return -EINVAL;
+		if (len > qp->cap.max_inline_data)
+			return -EINVAL;
+		w->inl = qp->inl_buf + (size_t)slot * qp->cap.max_inline_data;
+		/* Inline data is the application's own memory, read now,
+		 * without a key (ibv_post_send(3), IBV_SEND_INLINE). */
+		for (int i = 0; i < wr->num_sge; i++) {
+			if (mem_read(w->inl + off, wr->sg_list[i].addr, wr->sg_list[i].length))
+				return -EFAULT;
+			off += wr->sg_list[i].length;
+		}
+		w->num_sge = 0;
+	} else {
+		w->num_sge = (uint32_t)wr->num_sge;
+		if (wr->num_sge)
+			memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+	}
+	w->state = SR_WQE_POSTED;
+	qp->sq_tail++;
+	return 0;
+}
+
+int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&qp->lock);
+	if (!sq_state_accepts(qp)) {
+		ret = -EINVAL;
+		*bad = wr;
+		goto out;
+	}
+	for (; wr; wr = wr->next) {
+		ret = sq_fill(qp, wr);
+		if (ret) {
+			*bad = wr;
+			break;
+		}
+	}
+	if (qp->state == IBV_QPS_ERR)
+		qp_to_error_locked(qp);
+	else
+		qp_sq_progress_locked(qp);
+out:
+	pthread_mutex_unlock(&qp->lock);
+	qp_kick(qp);
+	return ret;
+}
+
+/* Used by the WR API (wr.c): fill from a prepared ibv_send_wr. */
+int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr)
+{
+	return sq_fill(qp, wr);
+}
+
+int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->srq || qp->state == IBV_QPS_RESET) {
+		/* ibv_post_recv(3): not on an SRQ-attached QP; RESET refuses. */
+		ret = -EINVAL;
+		*bad = wr;
+		goto out;
+	}
+	for (; wr; wr = wr->next) {
+		ret = rq_post(&qp->rq, wr, qp->cap.max_recv_wr);
+		if (ret) {
+			*bad = wr;
+			break;
+		}
+	}
+	if (qp->state == IBV_QPS_ERR)
+		qp_to_error_locked(qp);
+	else
+		qp_rx_resume_locked(qp);
+out:
+	pthread_mutex_unlock(&qp->lock);
+	qp_kick(qp);
+	return ret;
+}

@@ -1,0 +1,500 @@
+/* libibverbs ABI: PD, MR, MW, completion channels, CQ, SRQ, QP, AH. */
+#include "verbs/verbs.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+/* ---- PD ---------------------------------------------------------------- */
+
+SR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	struct sr_context *ctx = to_ctx(context);
+	struct sr_pd *pd;
+
+	if (atomic_load(&ctx->npd) >= SR_MAX_PD) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->ibpd.context = context;
+	pd->ibpd.handle = sr_random32();
+	atomic_fetch_add(&ctx->npd, 1);
+	return &pd->ibpd;
+}
+
+SR_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
+{
+	struct sr_pd *pd = to_pd(ibpd);
+
+	/* ibv_alloc_pd(3): fails if any other object still uses the PD. */
+	if (atomic_load(&pd->refs))
+		return EBUSY;
+	atomic_fetch_sub(&to_ctx(ibpd->context)->npd, 1);
+	free(pd);
+	return 0;
+}
+
+SR_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+SR_EXPORT void ibv_unimport_pd(struct ibv_pd *pd)
+{
+}
+
+/* ---- MR ----------------------------------------------------------------- */
+
+SR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+					  uint64_t iova, unsigned int access)
+{
+	struct sr_mr *mr;
+	int ret;
+
+	if (!pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* IBV_ACCESS_OPTIONAL_RANGE bits are hints a provider may ignore. */
+	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	ret = mr_reg(to_pd(pd), addr, length, iova, (int)access, &mr);
+	if (ret)
+		SR_FAIL_NULL(ret);
+	return &mr->ibmr;
+}
+
+SR_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+SR_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length,
+					 uint64_t iova, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
+}
+
+/* ibv_reg_dmabuf_mr(3): no device memory to map a dma-buf into. */
+SR_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+					   uint64_t iova, int fd, int access)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+SR_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+			   size_t length, int access)
+{
+	int ret;
+
+	if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)
+		return IBV_REREG_MR_ERR_INPUT;
+	ret = mr_rereg(to_mr(mr), flags, pd ? to_pd(pd) : NULL, addr, length, access);
+	if (ret) {
+		errno = -ret;
+		return ret == -EBUSY ? IBV_REREG_MR_ERR_DONT_FORK_NEW : IBV_REREG_MR_ERR_INPUT;
+	}
+	return 0;
+}
+
+SR_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	return sr_err(mr_dereg(to_mr(mr)));
+}
+
+SR_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+SR_EXPORT void ibv_unimport_mr(struct ibv_mr *mr)
+{
+}
+
+SR_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+SR_EXPORT void ibv_unimport_dm(struct ibv_dm *dm)
+{
+}
+
+/* ---- completion channels and CQs ---------------------------------------- */
+
+SR_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+	struct sr_comp_channel *ch = calloc(1, sizeof(*ch));
+	int ret;
+
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = evq_init(&ch->evq);
+	if (ret) {
+		free(ch);
+		SR_FAIL_NULL(ret);
+	}
+	ch->ibch.context = context;
+	ch->ibch.fd = ch->evq.fd;
+	ch->ibch.refcnt = 0;
+	return &ch->ibch;
+}
+
+SR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct sr_comp_channel *ch = to_chan(channel);
+
+	if (atomic_load(&ch->refs))
+		return EBUSY;
+	evq_destroy(&ch->evq);
+	free(ch);
+	return 0;
+}
+
+static struct ibv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_context,
+				struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct sr_cq *cq;
+	int ret;
+
+	ret = cq_create(to_ctx(context), cqe, channel ? to_chan(channel) : NULL,
+			comp_vector, &cq);
+	if (ret)
+		SR_FAIL_NULL(ret);
+	cq->ibcq.cq_context = cq_context;
+	return (struct ibv_cq *)&cq->ibcq;
+}
+
+SR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+				       struct ibv_comp_channel *channel, int comp_vector)
+{
+	return create_cq(context, cqe, cq_context, channel, comp_vector);
+}
+
+struct ibv_cq_ex *sr_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *a)
+{
+	struct ibv_cq *cq;
+	const uint64_t known = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+			       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+
+	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (a->wc_flags & ~known) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	    (a->flags & ~(uint32_t)(IBV_CREATE_CQ_ATTR_SINGLE_THREADED |
+				    IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	cq = create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
+	if (!cq)
+		return NULL;
+	to_cq(cq)->wc_flags_ex = a->wc_flags;
+	return &to_cq(cq)->ibcq;
+}
+
+SR_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	return sr_err(cq_resize(to_cq(cq), cqe));
+}
+
+SR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct sr_cq *cq = to_cq(ibcq);
+	int ret;
+
+	if (atomic_load(&cq->refs))
+		return EBUSY;
+	/* ibv_get_cq_event(3): destroy waits until every event handed out
+	 * was acknowledged. Acking more than was handed out is the
+	 * program's bug, and must not turn into a hang here. */
+	pthread_mutex_lock(&ibcq->mutex);
+	while (ibcq->comp_events_completed < cq->events_pending ||
+	       ibcq->async_events_completed < cq->async_given)
+		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+	pthread_mutex_unlock(&ibcq->mutex);
+	ret = cq_destroy(cq);
+	return sr_err(ret);
+}
+
+SR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+			       void **cq_context)
+{
+	struct sr_comp_channel *ch = to_chan(channel);
+	struct sr_ev ev;
+	struct sr_cq *c;
+	int ret = evq_pop(&ch->evq, &ev);
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	c = ev.obj;
+	pthread_mutex_lock(&c->ibcq.mutex);
+	c->events_pending++;
+	pthread_mutex_unlock(&c->ibcq.mutex);
+	*cq = (struct ibv_cq *)c;
+	*cq_context = c->ibcq.cq_context;
+	return 0;
+}
+
+SR_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ---- SRQ ---------------------------------------------------------------- */
+
+SR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct sr_srq *srq;
+	int ret = srq_create(to_pd(pd), attr, &srq);
+
+	if (ret)
+		SR_FAIL_NULL(ret);
+	return &srq->ibsrq;
+}
+
+SR_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	return sr_err(srq_modify(to_srq(srq), attr, mask));
+}
+
+SR_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	return sr_err(srq_query(to_srq(srq), attr));
+}
+
+SR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
+{
+	struct sr_srq *srq = to_srq(ibsrq);
+
+	if (atomic_load(&srq->refs))
+		return EBUSY;
+	pthread_mutex_lock(&ibsrq->mutex);
+	while (ibsrq->events_completed < srq->async_given)
+		pthread_cond_wait(&ibsrq->cond, &ibsrq->mutex);
+	pthread_mutex_unlock(&ibsrq->mutex);
+	return sr_err(srq_destroy(srq));
+}
+
+/* ---- QP ----------------------------------------------------------------- */
+
+struct ibv_qp *sr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
+{
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+			       IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
+			     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
+	struct sr_qp *qp;
+	int ret;
+
+	if (a->comp_mask & ~known) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (a->pd && a->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ret = qp_create(to_ctx(context), a, &qp);
+	if (ret)
+		SR_FAIL_NULL(ret);
+	return &qp->ibqp.qp_base;
+}
+
+SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex a;
+	struct ibv_qp *qp;
+
+	if (!pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	memset(&a, 0, sizeof(a));
+	memcpy(&a, attr, sizeof(*attr));
+	a.comp_mask = IBV_QP_INIT_ATTR_PD;
+	a.pd = pd;
+	qp = sr_create_qp_ex(pd->context, &a);
+	if (qp)
+		attr->cap = a.cap;
+	return qp;
+}
+
+SR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	return &to_qp(qp)->ibqp;
+}
+
+SR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+			   struct ibv_qp_init_attr *init_attr)
+{
+	return sr_err(qp_query(to_qp(qp), attr, attr_mask, init_attr));
+}
+
+SR_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	return sr_err(qp_modify(to_qp(qp), attr, attr_mask));
+}
+
+SR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct sr_qp *qp = to_qp(ibqp);
+
+	pthread_mutex_lock(&ibqp->mutex);
+	while (ibqp->events_completed < qp->async_given)
+		pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
+	pthread_mutex_unlock(&ibqp->mutex);
+	return sr_err(qp_destroy(qp));
+}
+
+/* ibv_query_qp_data_in_order(3): placement is in order, always. */
+SR_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	/* flags must be 0 in rdma-core 44; anything else is not ours to
+	 * promise. */
+	return flags ? 0 : 1;
+}
+
+/* ECE is an IB CM feature with nothing to negotiate here (ibv_set_ece(3)). */
+SR_EXPORT int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	errno = EOPNOTSUPP;
+	return EOPNOTSUPP;
+}
+
+SR_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	errno = EOPNOTSUPP;
+	return EOPNOTSUPP;
+}
+
+/* ---- AH and multicast --------------------------------------------------- */
+
+SR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct sr_context *ctx = to_ctx(pd->context);
+	struct sr_ah *ah;
+
+	if (attr->port_num != 1 || (attr->is_global && attr->grh.sgid_index >= SR_GID_TBL_LEN)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* RoCE: an address needs a GRH (IBV_QPF_GRH_REQUIRED). */
+	if (!attr->is_global) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ah->attr = *attr;
+	ah->ibah.context = pd->context;
+	ah->ibah.pd = pd;
+	ah->ibah.handle = sr_random32();
+	atomic_fetch_add(&to_pd(pd)->refs, 1);
+	atomic_fetch_add(&ctx->nah, 1);
+	return &ah->ibah;
+}
+
+SR_EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
+{
+	struct sr_ah *ah = container_of(ibah, struct sr_ah, ibah);
+
+	atomic_fetch_sub(&to_pd(ibah->pd)->refs, 1);
+	atomic_fetch_sub(&to_ctx(ibah->context)->nah, 1);
+	free(ah);
+	return 0;
+}
+
+SR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num,
+				  struct ibv_wc *wc, struct ibv_grh *grh,
+				  struct ibv_ah_attr *ah_attr)
+{
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->port_num = port_num;
+	ah_attr->dlid = wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	if (!(wc->wc_flags & IBV_WC_GRH) || !grh) {
+		/* RoCE needs the GRH to find the sender (ibv_create_ah_from_wc(3)). */
+		errno = EINVAL;
+		return -1;
+	}
+	ah_attr->is_global = 1;
+	ah_attr->grh.dgid = grh->sgid;
+	ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
+	ah_attr->grh.hop_limit = 0xff;
+	ah_attr->grh.traffic_class = (be32toh(grh->version_tclass_flow) >> 20) & 0xff;
+	ah_attr->grh.sgid_index = 0;
+	{
+		/* Answer from the GID the message was sent to. */
+		union ibv_gid g;
+
+		for (int i = 0; i < SR_GID_TBL_LEN; i++) {
+			if (ibv_query_gid(context, port_num, i, &g))
+				break;
+			if (!memcmp(&g, &grh->dgid, sizeof(g))) {
+				ah_attr->grh.sgid_index = (uint8_t)i;
+				break;
+			}
+		}
+	}
+	return 0;
+}
+
+SR_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
+					       struct ibv_grh *grh, uint8_t port_num)
+{
+	struct ibv_ah_attr a;
+
+	if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &a))
+		return NULL;
+	return ibv_create_ah(pd, &a);
+}
+
+/* Multicast needs UD QPs, which arrive with the UDP channel. */
+SR_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return EOPNOTSUPP;
+}
+
+SR_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return EOPNOTSUPP;
+}

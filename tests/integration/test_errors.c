@@ -1,0 +1,383 @@
+/* Error semantics: local and remote protection errors, length errors,
+ * flushing, posting in the wrong state, memory unmapped under an MR. */
+#include "common.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct env {
+	struct tctx t;
+	struct pair p;
+	struct buf sa, sb;
+};
+
+static void env_open(struct env *e, unsigned int b_access)
+{
+	struct pair_opts o = pair_opts_default();
+
+	tctx_open(&e->t);
+	pair_create(&e->t, &e->p, &o);
+	buf_alloc(&e->t, &e->sa, 16384, ACC_ALL);
+	buf_alloc(&e->t, &e->sb, 16384, b_access);
+}
+
+static void both_in_err(struct env *e)
+{
+	CHECK(wait_qp_state(e->p.a.qp, IBV_QPS_ERR, DEADLINE_MS),
+	      "requester QP state %d, want ERR", qp_state(e->p.a.qp));
+	CHECK(wait_qp_state(e->p.b.qp, IBV_QPS_ERR, DEADLINE_MS),
+	      "responder QP state %d, want ERR", qp_state(e->p.b.qp));
+}
+
+/* A remote write that must be refused, with WRs queued behind it on both
+ * sides: the write fails with REM_ACCESS_ERR, nothing lands, both QPs go to
+ * ERR and everything else is flushed. */
+static void remote_write_refused(struct env *e, uint8_t *target,
+				 uint32_t rkey, uint8_t *region, size_t rlen)
+{
+	struct ibv_wc wc;
+	uint8_t *before = malloc(rlen);
+
+	CHECK(before, "malloc");
+	fill_pattern(region, rlen, 1234);
+	memcpy(before, region, rlen);
+	fill_pattern(e->sa.p, 4096, 99);
+	post_recv1(e->p.a.qp, 0xa1, e->sa.p + 8192, 64, e->sa.mr->lkey);
+	post_recv1(e->p.a.qp, 0xa2, e->sa.p + 8192, 64, e->sa.mr->lkey);
+	post_recv1(e->p.b.qp, 0xb1, e->sb.p, 64, e->sb.mr->lkey);
+	post_recv1(e->p.b.qp, 0xb2, e->sb.p, 64, e->sb.mr->lkey);
+	CHECK(post_send1(e->p.a.qp, IBV_WR_RDMA_WRITE, 1, e->sa.p, 100,
+			 e->sa.mr->lkey, IBV_SEND_SIGNALED, (uintptr_t)target,
+			 rkey, 0) == 0, "post bad WRITE");
+	CHECK(post_send1(e->p.a.qp, IBV_WR_SEND, 2, e->sa.p, 16,
+			 e->sa.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND behind it");
+	CHECK(post_send1(e->p.a.qp, IBV_WR_RDMA_WRITE, 3, e->sa.p, 16,
+			 e->sa.mr->lkey, IBV_SEND_SIGNALED,
+			 (uintptr_t)e->sa.p + 4096, e->sa.mr->rkey, 0) == 0,
+	      "post WRITE behind it");
+	expect_wc(e->p.a.scq, &wc, 1, IBV_WC_REM_ACCESS_ERR, -1,
+		  "refused WRITE at the requester");
+	CHECK(wc.qp_num == e->p.a.qp->qp_num, "qp_num %u", wc.qp_num);
+	expect_wc(e->p.a.scq, &wc, 2, IBV_WC_WR_FLUSH_ERR, -1,
+		  "SEND queued behind the error");
+	expect_wc(e->p.a.scq, &wc, 3, IBV_WC_WR_FLUSH_ERR, -1,
+		  "WRITE queued behind the error");
+	both_in_err(e);
+	expect_wc(e->p.a.rcq, &wc, 0xa1, IBV_WC_WR_FLUSH_ERR, -1,
+		  "requester receive 1");
+	expect_wc(e->p.a.rcq, &wc, 0xa2, IBV_WC_WR_FLUSH_ERR, -1,
+		  "requester receive 2");
+	expect_wc(e->p.b.rcq, &wc, 0xb1, IBV_WC_WR_FLUSH_ERR, -1,
+		  "responder receive 1 (the SEND must not be delivered)");
+	CHECK(wc.qp_num == e->p.b.qp->qp_num, "qp_num %u", wc.qp_num);
+	expect_wc(e->p.b.rcq, &wc, 0xb2, IBV_WC_WR_FLUSH_ERR, -1,
+		  "responder receive 2");
+	check_bytes(region, before, rlen, "target region after refused WRITE");
+	/* a receive posted in ERR is flushed (or refused at post) */
+	int rc = post_recv1_rc(e->p.b.qp, 0xb3, e->sb.p, 64, e->sb.mr->lkey);
+	if (rc == 0)
+		expect_wc(e->p.b.rcq, &wc, 0xb3, IBV_WC_WR_FLUSH_ERR, -1,
+			  "receive posted in ERR");
+	expect_no_wc(e->p.a.scq, 50, "extra requester completion");
+	free(before);
+}
+
+static void bad_rkey(void)
+{
+	struct env e;
+
+	env_open(&e, ACC_ALL);
+	remote_write_refused(&e, e.sb.p + 100, ~e.sb.mr->rkey, e.sb.p,
+			     e.sb.len);
+	exit(0);
+}
+
+static void out_of_bounds(void)
+{
+	struct env e;
+	struct buf big;
+
+	env_open(&e, ACC_ALL);
+	/* map 4 pages, register only the middle two */
+	big.p = mmap(NULL, 16384, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(big.p != MAP_FAILED, "mmap");
+	big.mr = ibv_reg_mr(e.t.pd, big.p + 4096, 8192, ACC_ALL);
+	CHECK(big.mr, "ibv_reg_mr: %s", strerror(errno));
+	/* 100 bytes starting 10 bytes before the end of the MR */
+	remote_write_refused(&e, big.p + 4096 + 8192 - 10, big.mr->rkey,
+			     big.p, 16384);
+	exit(0);
+}
+
+static void below_start(void)
+{
+	struct env e;
+	struct buf big;
+
+	env_open(&e, ACC_ALL);
+	big.p = mmap(NULL, 16384, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(big.p != MAP_FAILED, "mmap");
+	big.mr = ibv_reg_mr(e.t.pd, big.p + 4096, 8192, ACC_ALL);
+	CHECK(big.mr, "ibv_reg_mr: %s", strerror(errno));
+	remote_write_refused(&e, big.p + 4096 - 50, big.mr->rkey, big.p,
+			     16384);
+	exit(0);
+}
+
+static void no_remote_write(void)
+{
+	struct env e;
+
+	env_open(&e, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	remote_write_refused(&e, e.sb.p + 100, e.sb.mr->rkey, e.sb.p,
+			     e.sb.len);
+	exit(0);
+}
+
+static void no_remote_read(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	fill_pattern(e.sb.p, 4096, 5);
+	memset(e.sa.p, 0xee, 4096);
+	CHECK(post_send1(e.p.a.qp, IBV_WR_RDMA_READ, 7, e.sa.p, 4096,
+			 e.sa.mr->lkey, IBV_SEND_SIGNALED, (uintptr_t)e.sb.p,
+			 e.sb.mr->rkey, 0) == 0, "post READ");
+	expect_wc(e.p.a.scq, &wc, 7, IBV_WC_REM_ACCESS_ERR, -1,
+		  "READ without REMOTE_READ");
+	check_filled(e.sa.p, 0xee, 4096, "local buffer after refused READ");
+	both_in_err(&e);
+	exit(0);
+}
+
+static void no_remote_atomic(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			     IBV_ACCESS_REMOTE_READ);
+	if (e.t.dattr.atomic_cap == IBV_ATOMIC_NONE)
+		SKIP("no atomics");
+	uint64_t *target = (uint64_t *)e.sb.p;
+	*target = 42;
+	CHECK(post_atomic(e.p.a.qp, IBV_WR_ATOMIC_FETCH_AND_ADD, 8,
+			  (uint64_t *)e.sa.p, e.sa.mr->lkey, (uintptr_t)target,
+			  e.sb.mr->rkey, 1, 0) == 0, "post FETCH_AND_ADD");
+	expect_wc(e.p.a.scq, &wc, 8, IBV_WC_REM_ACCESS_ERR, -1,
+		  "atomic without REMOTE_ATOMIC");
+	CHECK(*target == 42, "target changed to %llu",
+	      (unsigned long long)*target);
+	exit(0);
+}
+
+static void bad_lkey(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, ACC_ALL);
+	memset(e.sb.p, 0xee, 4096);
+	post_recv1(e.p.b.qp, 0xb1, e.sb.p, 4096, e.sb.mr->lkey);
+	CHECK(post_send1(e.p.a.qp, IBV_WR_SEND, 9, e.sa.p, 100,
+			 ~e.sa.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND with a bad lkey");
+	expect_wc(e.p.a.scq, &wc, 9, IBV_WC_LOC_PROT_ERR, -1,
+		  "SEND with a bad lkey");
+	CHECK(wait_qp_state(e.p.a.qp, IBV_QPS_ERR, DEADLINE_MS),
+	      "requester not in ERR after a local protection error");
+	/* the responder must not have received a successful message */
+	struct ibv_wc w2;
+	if (poll_one(e.p.b.rcq, &w2, 200))
+		CHECK(w2.status != IBV_WC_SUCCESS,
+		      "responder got a successful receive of %u bytes",
+		      w2.byte_len);
+	check_filled(e.sb.p, 0xee, 4096, "responder buffer");
+	exit(0);
+}
+
+static void local_out_of_range(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, ACC_ALL);
+	/* valid lkey, but the range runs past the end of the MR */
+	CHECK(post_send1(e.p.a.qp, IBV_WR_RDMA_WRITE, 10,
+			 e.sa.p + e.sa.len - 10, 100, e.sa.mr->lkey,
+			 IBV_SEND_SIGNALED, (uintptr_t)e.sb.p, e.sb.mr->rkey,
+			 0) == 0, "post WRITE");
+	expect_wc(e.p.a.scq, &wc, 10, IBV_WC_LOC_PROT_ERR, -1,
+		  "local SGE past the end of its MR");
+	check_filled(e.sb.p, 0, 4096, "target of a WRITE with a bad source");
+	exit(0);
+}
+
+static void recv_too_small(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, ACC_ALL);
+	memset(e.sb.p, 0xee, 4096);
+	post_recv1(e.p.b.qp, 0xb1, e.sb.p, 100, e.sb.mr->lkey);
+	CHECK(post_send1(e.p.a.qp, IBV_WR_SEND, 11, e.sa.p, 200,
+			 e.sa.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	expect_wc(e.p.b.rcq, &wc, 0xb1, IBV_WC_LOC_LEN_ERR, -1,
+		  "receive buffer too small (responder)");
+	CHECK(wc.qp_num == e.p.b.qp->qp_num, "qp_num %u", wc.qp_num);
+	expect_wc(e.p.a.scq, &wc, 11, IBV_WC_REM_INV_REQ_ERR, -1,
+		  "receive buffer too small (requester)");
+	both_in_err(&e);
+	check_filled(e.sb.p + 100, 0xee, 3996, "past the receive buffer");
+	exit(0);
+}
+
+static void expect_post_refused(struct ibv_qp *qp, struct buf *b,
+				const char *state)
+{
+	struct ibv_sge sge = { (uintptr_t)b->p, 8, b->mr->lkey };
+	struct ibv_send_wr wr2 = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr wr1 = wr2, *bad = NULL;
+
+	wr1.wr_id = 1;
+	wr1.next = &wr2;
+	int rc = ibv_post_send(qp, &wr1, &bad);
+	CHECK(rc != 0, "ibv_post_send in %s succeeded", state);
+	CHECK(rc > 0, "ibv_post_send in %s returned %d, want a positive errno",
+	      state, rc);
+	CHECK(bad == &wr1, "bad_wr in %s is %p, want the first WR %p", state,
+	      (void *)bad, (void *)&wr1);
+}
+
+static void post_wrong_state(void)
+{
+	struct tctx t;
+	struct buf b;
+	struct ibv_qp *qp, *peer;
+	struct ibv_cq *cq;
+	struct ibv_wc wc;
+
+	tctx_open(&t);
+	buf_alloc(&t, &b, 4096, ACC_ALL);
+	cq = ibv_create_cq(t.ctx, 64, NULL, NULL, 0);
+	CHECK(cq, "create cq");
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	qp = ibv_create_qp(t.pd, &ia);
+	peer = ibv_create_qp(t.pd, &ia);
+	CHECK(qp && peer, "create qp");
+	CHECK(qp_state(qp) == IBV_QPS_RESET, "new QP not in RESET");
+	expect_post_refused(qp, &b, "RESET");
+	qp_to_init(qp, ACC_ALL);
+	expect_post_refused(qp, &b, "INIT");
+	/* receives may be posted from INIT on (IBTA Vol 1 §10.3.1 QP states) */
+	CHECK(post_recv1_rc(qp, 5, b.p, 64, b.mr->lkey) == 0,
+	      "ibv_post_recv in INIT");
+	qp_to_rtr(&t, qp, peer->qp_num, IBV_MTU_1024, 0, 1);
+	expect_post_refused(qp, &b, "RTR");
+	expect_no_wc(cq, 100, "refused posts must not complete");
+	CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_qp(peer) == 0,
+	      "destroy qp");
+	/* destroying a QP does not generate completions */
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "completion after destroy_qp");
+	CHECK(ibv_destroy_cq(cq) == 0, "destroy cq");
+	buf_free(&b);
+	tctx_close(&t);
+}
+
+static int still_unmapped(void *p)
+{
+	unsigned char v;
+
+	return mincore(p, 4096, &v) == -1 && errno == ENOMEM;
+}
+
+static void munmapped_target(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, ACC_ALL);
+	uint8_t *m = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(m != MAP_FAILED, "mmap");
+	struct ibv_mr *mr = ibv_reg_mr(e.t.pd, m + 4096, 4096, ACC_ALL);
+	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
+	CHECK(munmap(m + 4096, 4096) == 0, "munmap");
+	fill_pattern(e.sa.p, 256, 3);
+	CHECK(post_send1(e.p.a.qp, IBV_WR_RDMA_WRITE, 12, e.sa.p, 256,
+			 e.sa.mr->lkey, IBV_SEND_SIGNALED,
+			 (uintptr_t)m + 4096 + 100, mr->rkey, 0) == 0,
+	      "post WRITE");
+	CHECK(poll_one(e.p.a.scq, &wc, DEADLINE_MS),
+	      "no completion for a WRITE into unmapped memory");
+	if (!still_unmapped(m + 4096))
+		SKIP("the unmapped page was mapped again meanwhile");
+	CHECK(wc.wr_id == 12 && (wc.status == IBV_WC_REM_ACCESS_ERR ||
+				 wc.status == IBV_WC_LOC_PROT_ERR),
+	      "WRITE into unmapped memory: wr_id %llu status %s, want REM_ACCESS_ERR or LOC_PROT_ERR",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	/* the neighbours are intact and the process is alive */
+	check_filled(m, 0, 4096, "page before");
+	check_filled(m + 8192, 0, 4096, "page after");
+	CHECK(ibv_dereg_mr(mr) == 0, "dereg of an MR over unmapped memory");
+	exit(0);
+}
+
+static void munmapped_source(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, ACC_ALL);
+	uint8_t *m = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(m != MAP_FAILED, "mmap");
+	struct ibv_mr *mr = ibv_reg_mr(e.t.pd, m + 4096, 4096, ACC_ALL);
+	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
+	CHECK(munmap(m + 4096, 4096) == 0, "munmap");
+	memset(e.sb.p, 0xee, 4096);
+	CHECK(post_send1(e.p.a.qp, IBV_WR_RDMA_WRITE, 13, m + 4096, 256,
+			 mr->lkey, IBV_SEND_SIGNALED, (uintptr_t)e.sb.p,
+			 e.sb.mr->rkey, 0) == 0, "post WRITE");
+	CHECK(poll_one(e.p.a.scq, &wc, DEADLINE_MS),
+	      "no completion for a WRITE from unmapped memory");
+	if (!still_unmapped(m + 4096))
+		SKIP("the unmapped page was mapped again meanwhile");
+	CHECK(wc.wr_id == 13 && (wc.status == IBV_WC_LOC_PROT_ERR ||
+				 wc.status == IBV_WC_REM_ACCESS_ERR),
+	      "WRITE from unmapped memory: wr_id %llu status %s, want LOC_PROT_ERR (or REM_ACCESS_ERR)",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	usleep(50000);
+	check_filled(e.sb.p, 0xee, 4096, "target of a WRITE from unmapped memory");
+	CHECK(ibv_dereg_mr(mr) == 0, "dereg of an MR over unmapped memory");
+	exit(0);
+}
+
+static const struct subtest tests[] = {
+	SUBTEST(bad_lkey),	    SUBTEST(local_out_of_range),
+	SUBTEST(bad_rkey),	    SUBTEST(out_of_bounds),
+	SUBTEST(below_start),	    SUBTEST(no_remote_write),
+	SUBTEST(no_remote_read),    SUBTEST(no_remote_atomic),
+	SUBTEST(recv_too_small),    SUBTEST(post_wrong_state),
+	SUBTEST(munmapped_target),  SUBTEST(munmapped_source),
+};
+
+int main(int argc, char **argv)
+{
+	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
+}
