@@ -37,7 +37,7 @@
 #define SR_MAX_INLINE	4096
 #define SR_MAX_MSG	(1U << 31)	/* max_msg_sz: 2 GiB */
 #define SR_GID_TBL_LEN	32
-#define SR_VENDOR_ID	0x0000
+#define SR_VENDOR_ID	0x736f66	/* "sof": no IEEE OUI of ours */
 #define SR_VENDOR_PART	0x5352		/* "SR" */
 #define SR_FW_VER	"0.1.0"
 
@@ -243,6 +243,9 @@ int cq_push_sq(struct sr_cq *cq, const struct ibv_wc *wc, struct sr_qp *qp, uint
 /* The QP is going away: its CQEs stay, but no longer point at it. */
 void cq_forget_qp(struct sr_cq *cq, struct sr_qp *qp);
 void qp_sq_reaped(struct sr_qp *qp, uint32_t upto);
+/* Modify to RESET: drop the QP's completions not yet polled, as mlx5 and
+ * the kernel's cq_clean do, so a reused QP does not see stale flushes. */
+void cq_clean_qp(struct sr_cq *cq, uint32_t qp_num);
 int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc);
 int cq_arm(struct sr_cq *cq, int solicited_only);
 void cq_init_ex_ops(struct sr_cq *cq);

@@ -132,6 +132,25 @@ void cq_forget_qp(struct sr_cq *cq, struct sr_qp *qp)
 	pthread_mutex_unlock(&cq->lock);
 }
 
+void cq_clean_qp(struct sr_cq *cq, uint32_t qp_num)
+{
+	uint32_t w;
+
+	pthread_mutex_lock(&cq->lock);
+	w = cq->head;
+	for (uint32_t r = cq->head; r != cq->tail; r++) {
+		struct sr_cqe *e = &cq->ring[r % cq->size];
+
+		if (e->wc.qp_num == qp_num)
+			continue;
+		if (w != r)
+			cq->ring[w % cq->size] = *e;
+		w++;
+	}
+	cq->tail = w;
+	pthread_mutex_unlock(&cq->lock);
+}
+
 static inline void cqe_reap(struct sr_cqe *e)
 {
 	if (e->sq_qp)

@@ -300,6 +300,9 @@ int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
 	int access = (int)bi->mw_access_flags;
 	int ret = 0;
 
+	/* Local write on a window means nothing (windows are for remote
+	 * access) and programs pass it anyway; ignore it. */
+	access &= ~IBV_ACCESS_LOCAL_WRITE;
 	if (access & ~(ACC_REMOTE | IBV_ACCESS_ZERO_BASED))
 		return -EINVAL;
 	if (mr) {

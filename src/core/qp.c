@@ -226,9 +226,10 @@ static int qp_check_attr(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 		return -EINVAL;
 	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > SR_MAX_RD_ATOM)
 		return -EINVAL;
-	if ((mask & IBV_QP_ACCESS_FLAGS) &&
-	    (a->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+	/* Programs pass their MR access flags here (ON_DEMAND, ...); only
+	 * the remote bits mean anything for a QP, the rest are ignored as the
+	 * kernel does. Unknown bits are an error. */
+	if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~0x3fffffffU))
 		return -EINVAL;
 	if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31)
 		return -EINVAL;
@@ -284,7 +285,9 @@ static void qp_reset_locked(struct sr_qp *qp)
 {
 	/* Completions already queued keep their data but must not move the
 	 * indices we restart from zero. */
-	cq_forget_qp(qp->scq, qp);
+	cq_clean_qp(qp->scq, qp->ibqp.qp_base.qp_num);
+	if (qp->rcq != qp->scq)
+		cq_clean_qp(qp->rcq, qp->ibqp.qp_base.qp_num);
 	qp->sq_head = qp->sq_next = qp->sq_tail = 0;
 	atomic_store(&qp->sq_reaped, 0);
 	qp->rq.head = qp->rq.tail = 0;

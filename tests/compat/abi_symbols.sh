@@ -9,6 +9,9 @@
 # each symbol is a function or data object as in the real library
 # (verbs_allow_disassociate_destroy is data).
 #
+# The node symbols (IBVERBS_1.0@@IBVERBS_1.0, ...) and the parent chain are
+# what GNU ld and gold emit; lld omits both, so this test expects GNU ld.
+#
 # Exit: 0 all present, 1 something missing or wrong, 77 skipped (the real
 # library or binutils is not installed).  Writes no files.
 set -u -o pipefail
