@@ -8,9 +8,16 @@
 #include <string.h>
 #include <time.h>
 
+/* Ring slots: a power of two at least cqe, so free-running 32-bit
+ * indices stay right across their wrap. The CQ still holds exactly cqe
+ * completions (ibcq.cqe), so overflow happens where the program sized it. */
 static uint32_t cq_slots(int cqe)
 {
-	return (uint32_t)cqe + 1;
+	uint32_t n = 1;
+
+	while (n < (uint32_t)cqe)
+		n <<= 1;
+	return n;
 }
 
 int cq_create(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
@@ -91,7 +98,7 @@ int cq_resize(struct sr_cq *cq, int cqe)
 		return -ENOMEM;
 	}
 	for (i = 0; i < n; i++)
-		nr[i] = cq->ring[(cq->head + i) % cq->size];
+		nr[i] = cq->ring[(cq->head + i) & (cq->size - 1)];
 	free(cq->ring);
 	cq->ring = nr;
 	cq->size = cq_slots(cqe);
@@ -127,8 +134,8 @@ void cq_forget_qp(struct sr_cq *cq, struct sr_qp *qp)
 {
 	pthread_mutex_lock(&cq->lock);
 	for (uint32_t i = cq->head; i != cq->tail; i++)
-		if (cq->ring[i % cq->size].sq_qp == qp)
-			cq->ring[i % cq->size].sq_qp = NULL;
+		if (cq->ring[i & (cq->size - 1)].sq_qp == qp)
+			cq->ring[i & (cq->size - 1)].sq_qp = NULL;
 	pthread_mutex_unlock(&cq->lock);
 }
 
@@ -139,12 +146,12 @@ void cq_clean_qp(struct sr_cq *cq, uint32_t qp_num)
 	pthread_mutex_lock(&cq->lock);
 	w = cq->head;
 	for (uint32_t r = cq->head; r != cq->tail; r++) {
-		struct sr_cqe *e = &cq->ring[r % cq->size];
+		struct sr_cqe *e = &cq->ring[r & (cq->size - 1)];
 
 		if (e->wc.qp_num == qp_num)
 			continue;
 		if (w != r)
-			cq->ring[w % cq->size] = *e;
+			cq->ring[w & (cq->size - 1)] = *e;
 		w++;
 	}
 	cq->tail = w;
@@ -166,7 +173,7 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 	struct sr_cqe *e;
 
 	pthread_mutex_lock(&cq->lock);
-	if (cq->tail - cq->head >= cq->size - 1) {
+	if (cq->tail - cq->head >= (uint32_t)cq->ibcq.cqe) {
 		/* IBTA 11.4.2.1: overflow is a CQ error, reported async. */
 		overflow = !cq->overflowed;
 		cq->overflowed = true;
@@ -177,7 +184,7 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 		}
 		return -ENOSPC;
 	}
-	e = &cq->ring[cq->tail % cq->size];
+	e = &cq->ring[cq->tail & (cq->size - 1)];
 	e->wc = *wc;
 	e->ts = now_ns();
 	e->sq_qp = qp;
@@ -201,7 +208,7 @@ int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
 	while (i < n && cq->head != cq->tail) {
-		struct sr_cqe *e = &cq->ring[cq->head % cq->size];
+		struct sr_cqe *e = &cq->ring[cq->head & (cq->size - 1)];
 
 		wc[i++] = e->wc;
 		cqe_reap(e);
@@ -229,7 +236,7 @@ static inline struct sr_cq *ex_cq(struct ibv_cq_ex *c) { return (struct sr_cq *)
 
 static void ex_load(struct sr_cq *cq)
 {
-	cq->cur = &cq->ring[cq->head % cq->size];
+	cq->cur = &cq->ring[cq->head & (cq->size - 1)];
 	cq->ibcq.status = cq->cur->wc.status;
 	cq->ibcq.wr_id = cq->cur->wc.wr_id;
 	cqe_reap(cq->cur);

@@ -40,10 +40,26 @@ void evq_destroy(struct sr_evq *q)
 	pthread_mutex_destroy(&q->lock);
 }
 
+/* Caller holds q->lock. Keep "one byte iff non-empty". */
+static void evq_signal_locked(struct sr_evq *q)
+{
+	char one = 1;
+
+	while (send(q->wfd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno == EINTR)
+		;
+}
+
+static void evq_unsignal_locked(struct sr_evq *q)
+{
+	char b;
+
+	while (recv(q->fd, &b, 1, MSG_DONTWAIT) < 0 && errno == EINTR)
+		;
+}
+
 int evq_push(struct sr_evq *q, void *obj, int type, int port)
 {
 	struct sr_ev *ev = calloc(1, sizeof(*ev));
-	char one = 1;
 
 	if (!ev)
 		return -ENOMEM;
@@ -51,13 +67,10 @@ int evq_push(struct sr_evq *q, void *obj, int type, int port)
 	ev->type = type;
 	ev->port = port;
 	pthread_mutex_lock(&q->lock);
+	if (sr_list_empty(&q->events))
+		evq_signal_locked(q);
 	sr_list_add_tail(&q->events, &ev->link);
 	q->count++;
-	/* Under the lock, so the bytes never run ahead of the list. A full
-	 * socket buffer (hundreds of thousands of unread events) only loses
-	 * the wake-up byte: the event itself stays queued. */
-	while (send(q->wfd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno == EINTR)
-		;
 	pthread_mutex_unlock(&q->lock);
 	return 0;
 }
@@ -66,7 +79,7 @@ int evq_pop(struct sr_evq *q, struct sr_ev *out)
 {
 	for (;;) {
 		char b;
-		ssize_t n = recv(q->fd, &b, 1, 0);
+		ssize_t n = recv(q->fd, &b, 1, MSG_PEEK);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -81,12 +94,15 @@ int evq_pop(struct sr_evq *q, struct sr_ev *out)
 
 			sr_list_del(&ev->link);
 			q->count--;
+			if (sr_list_empty(&q->events))
+				evq_unsignal_locked(q);
 			pthread_mutex_unlock(&q->lock);
 			*out = *ev;
 			free(ev);
 			return 0;
 		}
-		/* The event this byte stood for was removed: read again. */
+		/* Another reader took the last event between our peek and
+		 * the lock; the byte is gone with it. Wait again. */
 		pthread_mutex_unlock(&q->lock);
 	}
 }
@@ -95,7 +111,6 @@ unsigned int evq_remove_obj(struct sr_evq *q, void *obj)
 {
 	struct sr_list *pos, *tmp;
 	unsigned int n = 0;
-	char b;
 
 	pthread_mutex_lock(&q->lock);
 	sr_list_for_each_safe(pos, tmp, &q->events) {
@@ -107,11 +122,9 @@ unsigned int evq_remove_obj(struct sr_evq *q, void *obj)
 		free(ev);
 		q->count--;
 		n++;
-		/* Take its byte back; if a reader already has it, that reader
-		 * finds the list short and reads again. */
-		if (recv(q->fd, &b, 1, MSG_DONTWAIT) < 0)
-			(void)0;
 	}
+	if (n && sr_list_empty(&q->events))
+		evq_unsignal_locked(q);
 	pthread_mutex_unlock(&q->lock);
 	return n;
 }

@@ -2,12 +2,13 @@
  *
  * Completion channels and the async event queue are real file descriptors
  * (DESIGN.md decision 5): programs poll() them, set O_NONBLOCK on them and
- * block in read. The fd is an eventfd in semaphore mode whose counter equals
- * the number of queued events; the events themselves live in a list under a
- * mutex. A consumer reads the fd (blocking or not, as the application set
- * the fd), then pops one event. Removing events (a CQ being destroyed) also
- * takes one count off the fd; if a reader already consumed that count, it
- * finds the list empty and reads again.
+ * block in read. The fd is one end of a stream socketpair that holds one
+ * byte exactly while the queue is non-empty (level-triggered, under the
+ * queue lock), so poll() says readable iff events are pending, however
+ * many there are. A consumer waits with recv(MSG_PEEK) (blocking or not, as
+ * the application set the fd), pops one event under the lock, and takes
+ * the byte back (MSG_DONTWAIT) when the queue becomes empty. Removing
+ * events (a CQ being destroyed) does the same.
  */
 #ifndef SOFTRNIC_EVQ_H
 #define SOFTRNIC_EVQ_H

@@ -168,6 +168,9 @@ bool qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state cur,
 	t = &qp_table[cur][next];
 	if (!t->valid)
 		return false;
+	/* SQE exists for UC and UD only: an RC send error goes to ERR. */
+	if (cur == IBV_QPS_SQE && ti == T_RC && next != IBV_QPS_RESET && next != IBV_QPS_ERR)
+		return false;
 	req = t->req[ti];
 	opt = t->opt[ti];
 	mask &= ~IBV_QP_STATE;

@@ -88,6 +88,11 @@ void qp_to_error_locked(struct sr_qp *qp)
 		qp->state = IBV_QPS_ERR;
 		qp->ibqp.qp_base.state = IBV_QPS_ERR;
 		qp->attr.qp_state = IBV_QPS_ERR;
+		/* IBTA 11.6.3.1 (o11-5.2.x): a QP on an SRQ that enters the
+		 * error state reports Last WQE Reached, so the consumer knows
+		 * no more SRQ WQEs will complete for it. */
+		if (qp->srq)
+			ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_LAST_WQE_REACHED);
 	}
 	while (qp->sq_head != qp->sq_tail) {
 		struct sr_swqe *w = sq_at(qp, qp->sq_head);

@@ -175,7 +175,8 @@ static void x_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *
 		xqp(q)->wr_err = EINVAL;
 		return;
 	}
-	memcpy(tb.sge, sg, n * sizeof(*sg));
+	if (n)
+		memcpy(tb.sge, sg, n * sizeof(*sg));
 	tb.wr.num_sge = (int)n;
 }
 

@@ -13,7 +13,7 @@
  * program stays below the 120 s ctest timeout by refusing to start a subtest
  * once TOTAL_BUDGET_S has been used. */
 #define SUBTEST_TIMEOUT_S 25
-#define TOTAL_BUDGET_S 105
+#define TOTAL_BUDGET_S 90
 
 uint64_t now_ms(void)
 {

@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -368,6 +369,110 @@ static void munmapped_source(void)
 	exit(0);
 }
 
+/* Requests beyond the QP's capabilities are refused at post time, with
+ * bad_wr pointing at the offending WR and nothing queued. */
+static void post_beyond_caps(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	env_open(&e, ACC_ALL);
+	CHECK(ibv_query_qp(e.p.a.qp, &a, IBV_QP_CAP, &ia) == 0, "query");
+	uint32_t nsge = a.cap.max_send_sge + 1, nrsge = a.cap.max_recv_sge + 1;
+	struct ibv_sge *sg = calloc(nsge + nrsge, sizeof(*sg));
+	CHECK(sg, "calloc");
+	for (uint32_t i = 0; i < nsge + nrsge; i++)
+		sg[i] = (struct ibv_sge){ (uintptr_t)e.sa.p + i * 16, 16,
+					  e.sa.mr->lkey };
+	struct ibv_send_wr ok = { .wr_id = 1, .sg_list = sg, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED };
+	ok.wr.rdma.remote_addr = (uintptr_t)e.sb.p;
+	ok.wr.rdma.rkey = e.sb.mr->rkey;
+	struct ibv_send_wr big = ok, *bad = NULL;
+	big.wr_id = 2;
+	big.num_sge = (int)nsge;
+	ok.next = &big;
+	int rc = ibv_post_send(e.p.a.qp, &ok, &bad);
+	CHECK(rc != 0, "post with %u SGEs (max_send_sge %u) succeeded", nsge,
+	      a.cap.max_send_sge);
+	CHECK(bad == &big, "bad_wr %p, want the second WR %p", (void *)bad,
+	      (void *)&big);
+	/* the first WR of the list was posted */
+	expect_wc(e.p.a.scq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+		  "WR before the refused one");
+	expect_no_wc(e.p.a.scq, 50, "refused WR");
+
+	struct ibv_recv_wr rw = { .wr_id = 3, .sg_list = sg,
+				  .num_sge = (int)nrsge }, *rbad = NULL;
+	rc = ibv_post_recv(e.p.b.qp, &rw, &rbad);
+	CHECK(rc != 0 && rbad == &rw,
+	      "post_recv with %u SGEs (max %u): rc %d bad %p", nrsge,
+	      a.cap.max_recv_sge, rc, (void *)rbad);
+
+	/* inline beyond max_inline_data */
+	uint32_t il = a.cap.max_inline_data + 1;
+	uint8_t *ibuf = calloc(1, il);
+	CHECK(ibuf, "calloc");
+	rc = post_send1(e.p.a.qp, IBV_WR_SEND, 4, ibuf, il, 0,
+			IBV_SEND_SIGNALED | IBV_SEND_INLINE, 0, 0, 0);
+	CHECK(rc != 0, "inline SEND of %u bytes (max_inline_data %u) accepted",
+	      il, a.cap.max_inline_data);
+
+	/* receive queue overflow: max_recv_wr receives fit, one more not */
+	CHECK(ibv_query_qp(e.p.b.qp, &a, IBV_QP_CAP, &ia) == 0, "query");
+	for (uint32_t i = 0; i < a.cap.max_recv_wr; i++)
+		CHECK(post_recv1_rc(e.p.b.qp, 100 + i, e.sb.p, 64,
+				    e.sb.mr->lkey) == 0,
+		      "receive %u of max_recv_wr %u refused", i,
+		      a.cap.max_recv_wr);
+	rc = post_recv1_rc(e.p.b.qp, 99, e.sb.p, 64, e.sb.mr->lkey);
+	CHECK(rc == ENOMEM, "receive beyond max_recv_wr %u: rc %d, want ENOMEM",
+	      a.cap.max_recv_wr, rc);
+	/* the QPs still work */
+	CHECK(post_send1(e.p.a.qp, IBV_WR_SEND, 5, e.sa.p, 10, e.sa.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "send");
+	expect_wc(e.p.a.scq, &wc, 5, IBV_WC_SUCCESS, IBV_WC_SEND, "send");
+	expect_wc(e.p.b.rcq, &wc, 100, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
+	free(sg);
+	free(ibuf);
+	exit(0);
+}
+
+/* The responder of a refused remote access reports an affiliated async
+ * event: IBV_EVENT_QP_ACCESS_ERR (ibv_get_async_event(3): "Local access
+ * violation error"; IBTA Local Access Violation Work Queue Error). */
+static void responder_access_event(void)
+{
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, ACC_ALL);
+	CHECK(post_send1(e.p.a.qp, IBV_WR_RDMA_WRITE, 1, e.sa.p, 8,
+			 e.sa.mr->lkey, IBV_SEND_SIGNALED, (uintptr_t)e.sb.p,
+			 ~e.sb.mr->rkey, 0) == 0, "post WRITE");
+	expect_wc(e.p.a.scq, &wc, 1, IBV_WC_REM_ACCESS_ERR, -1, "bad rkey");
+	struct pollfd pf = { e.t.ctx->async_fd, POLLIN, 0 };
+	uint64_t end = now_ms() + DEADLINE_MS;
+	int got = 0;
+	while (!got && now_ms() < end) {
+		if (poll(&pf, 1, 100) != 1)
+			continue;
+		struct ibv_async_event ev;
+		CHECK(ibv_get_async_event(e.t.ctx, &ev) == 0, "get event");
+		NOTE("async event %s", ibv_event_type_str(ev.event_type));
+		if (ev.event_type == IBV_EVENT_QP_ACCESS_ERR &&
+		    ev.element.qp == e.p.b.qp)
+			got = 1;
+		ibv_ack_async_event(&ev);
+	}
+	CHECK(got, "no IBV_EVENT_QP_ACCESS_ERR for the responder QP within %d ms",
+	      DEADLINE_MS);
+	exit(0);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(bad_lkey),	    SUBTEST(local_out_of_range),
 	SUBTEST(bad_rkey),	    SUBTEST(out_of_bounds),
@@ -375,6 +480,7 @@ static const struct subtest tests[] = {
 	SUBTEST(no_remote_read),    SUBTEST(no_remote_atomic),
 	SUBTEST(recv_too_small),    SUBTEST(post_wrong_state),
 	SUBTEST(munmapped_target),  SUBTEST(munmapped_source),
+	SUBTEST(post_beyond_caps),  SUBTEST(responder_access_event),
 };
 
 int main(int argc, char **argv)

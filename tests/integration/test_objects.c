@@ -605,12 +605,50 @@ static void srq(void)
 	tctx_close(&t);
 }
 
+/* A QP attached to an SRQ that enters ERR reports
+ * IBV_EVENT_QP_LAST_WQE_REACHED (IBTA Vol 1, affiliated asynchronous
+ * events: Last WQE Reached). */
+static void srq_last_wqe(void)
+{
+	struct tctx t;
+	struct pair p;
+	struct pair_opts o = pair_opts_default();
+
+	tctx_open(&t);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(t.pd, &sa);
+	CHECK(srq, "ibv_create_srq: %s", strerror(errno));
+	o.srq_b = srq;
+	pair_create(&t, &p, &o);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	CHECK(ibv_modify_qp(p.b.qp, &a, IBV_QP_STATE) == 0, "to ERR");
+	struct pollfd pf = { t.ctx->async_fd, POLLIN, 0 };
+	uint64_t end = now_ms() + DEADLINE_MS;
+	int got = 0;
+	while (!got && now_ms() < end) {
+		if (poll(&pf, 1, 100) != 1)
+			continue;
+		struct ibv_async_event ev;
+		CHECK(ibv_get_async_event(t.ctx, &ev) == 0, "get_async_event");
+		if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
+			CHECK(ev.element.qp == p.b.qp, "event for another QP");
+			got = 1;
+		}
+		ibv_ack_async_event(&ev);
+	}
+	CHECK(got, "no IBV_EVENT_QP_LAST_WQE_REACHED within %d ms",
+	      DEADLINE_MS);
+	pair_destroy(&p);
+	CHECK(ibv_destroy_srq(srq) == 0, "destroy srq");
+	tctx_close(&t);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(pd_busy),	   SUBTEST(cq_busy),	  SUBTEST(channel_busy),
 	SUBTEST(srq_busy),	   SUBTEST(mr_keys),	  SUBTEST(reg_mr_access),
 	SUBTEST(rereg_mr),	   SUBTEST(dmabuf),	  SUBTEST(odp),
 	SUBTEST(channel_nonblock), SUBTEST(cq_events),	  SUBTEST(cq_ex),
-	SUBTEST(resize_cq),	   SUBTEST(srq),
+	SUBTEST(resize_cq),	   SUBTEST(srq),	  SUBTEST(srq_last_wqe),
 };
 
 int main(int argc, char **argv)
