@@ -23,7 +23,7 @@ enum { RC, UC, UD, NTYPES };
 
 static const enum ibv_qp_type qpt[NTYPES] = { IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD };
 static const char *const qpt_name[NTYPES] = { "RC", "UC", "UD" };
-static const char *const st_name[] = { "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" };
+static const char *const st_name[] = { "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN" };
 
 /* Every attribute bit a modify can carry (besides IBV_QP_STATE). */
 static const int attr_bits[] = {
