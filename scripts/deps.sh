@@ -13,7 +13,7 @@ PACKAGES=(
 	cmake gcc clang make pkg-config
 	libibverbs-dev librdmacm-dev libcmocka-dev libisal-dev
 	# compat tests and demo: unmodified rdma-core, perftest, pyverbs programs
-	ibverbs-utils rdmacm-utils perftest python3-pyverbs
+	ibverbs-utils rdmacm-utils perftest python3-pyverbs libfabric-bin qperf
 	# tests
 	valgrind iproute2
 )
