@@ -12,6 +12,8 @@ const char *const sr_msg_op_name[SR_MSG_OP_MAX] = {
 	[SR_MSG_ATOMIC_REQ] = "ATOMIC_REQ",
 	[SR_MSG_ATOMIC_RESP] = "ATOMIC_RESP",
 	[SR_MSG_ACK] = "ACK",
+	[SR_MSG_IMM] = "IMM",
+	[SR_MSG_RNR] = "RNR",
 };
 
 struct sr_msg *msg_alloc(uint32_t payload_len)

@@ -4,9 +4,11 @@
  * responder answers every request, in order, with a response naming that
  * msn (ACK for SEND/WRITE, READ_RESP, ATOMIC_RESP) or with TERMINATE. The
  * ops map one-to-one onto RDMAP opcodes (RFC 5040 §4.3, RFC 7306 §8); ACK
- * is the one softrnic-to-softrnic addition, negotiated per channel, which
- * lets a requester report the responder's verdict in the completion as IB
- * hardware does.
+ * and RNR are softrnic-to-softrnic additions, negotiated per channel, which
+ * let a requester report the responder's verdict in the completion as IB
+ * hardware does. An ACK with status OK is cumulative: it settles every SEND
+ * and WRITE up to its msn. A WRITE with immediate is two requests, WRITE
+ * then IMM (as RFC 7306 carries it), so one WQE may span two msns.
  */
 #ifndef SOFTRNIC_MSG_H
 #define SOFTRNIC_MSG_H
@@ -23,6 +25,8 @@ enum sr_msg_op {
 	SR_MSG_ATOMIC_REQ,
 	SR_MSG_ATOMIC_RESP,
 	SR_MSG_ACK,
+	SR_MSG_IMM,		/* RFC 7306 Immediate Data, after a WRITE */
+	SR_MSG_RNR,		/* responder parked a request: no receive WQE */
 	SR_MSG_OP_MAX,
 };
 extern const char *const sr_msg_op_name[SR_MSG_OP_MAX];
@@ -42,6 +46,9 @@ enum sr_status {
 	SR_ST_RNR,		/* no receive WQE (not used as a verdict yet) */
 	SR_ST_FATAL,		/* stream lost */
 };
+
+/* A TERMINATE that cannot name its request is about the oldest one. */
+#define SR_MSN_OLDEST UINT32_MAX
 
 struct sr_msg {
 	struct sr_list link;

@@ -30,7 +30,8 @@ struct sr_swqe {
 	uint32_t bind_rkey;
 	struct ibv_mw_bind_info bind_info;
 	uint64_t length;		/* bytes the WQE moves */
-	uint32_t msn;
+	uint32_t msn_first;		/* first request msn it used */
+	uint32_t msn;			/* last request msn it used */
 	uint8_t state;			/* enum sr_swqe_state */
 	uint8_t status;			/* enum ibv_wc_status once DONE */
 	uint8_t *inl;			/* inline copy (IBV_SEND_INLINE) */
@@ -65,6 +66,7 @@ struct sr_qp {
 	/* responder: inbound requests that wait for a receive WQE (RNR) */
 	struct sr_list rx_pending;
 	uint32_t rx_expect_msn;
+	uint32_t rx_last_write_len;	/* for IMM after WRITE (RFC 7306) */
 
 	/* connection */
 	struct sr_chan *chan;
@@ -116,6 +118,7 @@ void qp_put(struct sr_qp *qp);
 
 /* Internal to the core (sq.c / rx.c / wr.c). */
 struct sr_swqe *sq_find_sent_locked(struct sr_qp *qp, uint32_t msn);
+void sq_ack_upto_locked(struct sr_qp *qp, uint32_t msn);
 void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st);
 int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
 void qp_rx_resume_locked(struct sr_qp *qp);

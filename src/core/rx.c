@@ -154,16 +154,9 @@ static int rx_resolve(struct sr_qp *qp, struct sr_msg *m, uint64_t len, int need
 
 static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 {
-	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
-	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
-	bool imm = m->flags & SR_MSGF_IMM;
 	struct sr_mref ref = { 0 };
 
-	/* WRITE with immediate consumes a receive WQE: check for one before
-	 * placing anything, so an RNR retry finds the data unplaced. */
-	if (imm && (qp->srq ? qp->srq->rq.head == qp->srq->rq.tail
-			    : qp->rq.head == qp->rq.tail))
-		return RX_PARK;
+	qp->rx_last_write_len = m->len;
 	if (m->len) {
 		if (rx_resolve(qp, m, m->len, IBV_ACCESS_REMOTE_WRITE, &ref)) {
 			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
@@ -176,11 +169,23 @@ static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 		}
 		mr_release(&ref);
 	}
-	if (imm) {
-		if (!take_rwqe(qp, r))
-			return RX_PARK;		/* SRQ emptied by another QP */
-		recv_complete(qp, r, m, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS);
-	}
+	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
+	return RX_DONE;
+}
+
+/* RFC 7306 §6.x Immediate Data after a WRITE: consumes a receive WQE and
+ * completes it as IB's RDMA WRITE with immediate, whose byte_len is the
+ * length of the WRITE just placed. */
+static enum rx_result rx_imm(struct sr_qp *qp, struct sr_msg *m)
+{
+	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
+	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+
+	if (!take_rwqe(qp, r))
+		return RX_PARK;
+	m->len = qp->rx_last_write_len;
+	recv_complete(qp, r, m, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS);
+	m->len = 0;
 	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
 	return RX_DONE;
 }
@@ -248,6 +253,7 @@ static enum rx_result rx_request(struct sr_qp *qp, struct sr_msg *m)
 	case SR_MSG_WRITE: return rx_write(qp, m);
 	case SR_MSG_READ_REQ: return rx_read(qp, m);
 	case SR_MSG_ATOMIC_REQ: return rx_atomic(qp, m);
+	case SR_MSG_IMM: return rx_imm(qp, m);
 	default:
 		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
 		return RX_DONE;
@@ -294,8 +300,16 @@ static enum ibv_wc_status land_read(struct sr_qp *qp, struct sr_swqe *w, struct 
 
 static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 {
-	struct sr_swqe *w = sq_find_sent_locked(qp, m->msn);
+	struct sr_swqe *w;
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK) {
+		sq_ack_upto_locked(qp, m->msn);
+		return;
+	}
+	if (m->op == SR_MSG_RNR)
+		return;		/* finite rnr_retry: needs timers (todo) */
+	w = sq_find_sent_locked(qp, m->msn);
 
 	if (!w) {
 		if (m->op == SR_MSG_TERMINATE) {
@@ -364,7 +378,7 @@ void qp_rx_resume_locked(struct sr_qp *qp)
 static bool is_response(uint8_t op)
 {
 	return op == SR_MSG_ACK || op == SR_MSG_READ_RESP || op == SR_MSG_ATOMIC_RESP ||
-	       op == SR_MSG_TERMINATE;
+	       op == SR_MSG_TERMINATE || op == SR_MSG_RNR;
 }
 
 bool qp_rx(struct sr_qp *qp, struct sr_msg *m)

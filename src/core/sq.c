@@ -211,9 +211,7 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
 		m->inv_stag = w->inv_rkey;
 		break;
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
-		m->flags |= SR_MSGF_IMM;
-		m->imm = w->imm;
-		/* fall through */
+		/* the IMM request follows (sq_send_imm) */
 	case IBV_WR_RDMA_WRITE:
 		m->op = SR_MSG_WRITE;
 		m->stag = w->rkey;
@@ -247,6 +245,21 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
 	return m;
 }
 
+/* RFC 7306: a WRITE with immediate is the WRITE, then an Immediate Data
+ * request that consumes a receive WQE at the responder. */
+static int sq_send_imm(struct sr_qp *qp, struct sr_swqe *w)
+{
+	struct sr_msg *m = msg_alloc(0);
+
+	if (!m)
+		return -ENOMEM;
+	m->op = SR_MSG_IMM;
+	m->flags = SR_MSGF_IMM | ((w->flags & IBV_SEND_SOLICITED) ? SR_MSGF_SE : 0);
+	m->imm = w->imm;
+	m->msn = w->msn;
+	return chan_send(qp->chan, m);
+}
+
 void qp_sq_progress_locked(struct sr_qp *qp)
 {
 	bool is_uc = qp->ibqp.qp_base.qp_type == IBV_QPT_UC;
@@ -262,7 +275,7 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			qp->sq_next++;
 			continue;
 		}
-		w->msn = qp->ssn;
+		w->msn_first = w->msn = qp->ssn;
 		m = build_msg(qp, w, &st);
 		if (!m) {
 			if (st == IBV_WC_SUCCESS)
@@ -275,14 +288,17 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		qp->ssn++;
 		qp->sq_next++;
 		w->state = SR_WQE_SENT;
+		if (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			w->msn = qp->ssn++;
 		/* Without responder acks (UC, or a peer that sends none), a
 		 * SEND or WRITE is complete once handed to the transport. */
 		if ((is_uc || !qp->chan->acks) &&
-		    (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE)) {
+		    (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM)) {
 			w->state = SR_WQE_DONE;
 			w->status = IBV_WC_SUCCESS;
 		}
-		if (chan_send(qp->chan, m)) {
+		if (chan_send(qp->chan, m) ||
+		    (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && sq_send_imm(qp, w))) {
 			/* The stream is gone; qp_chan_lost will follow. */
 			break;
 		}
@@ -297,10 +313,44 @@ struct sr_swqe *sq_find_sent_locked(struct sr_qp *qp, uint32_t msn)
 	for (uint32_t i = qp->sq_head; i != qp->sq_next; i++) {
 		struct sr_swqe *w = sq_at(qp, i);
 
-		if (w->state == SR_WQE_SENT && w->msn == msn)
+		if (w->state != SR_WQE_SENT)
+			continue;
+		if (msn == SR_MSN_OLDEST || msn - w->msn_first <= w->msn - w->msn_first)
 			return w;
 	}
 	return NULL;
+}
+
+static bool wqe_acked_by_ack(const struct sr_swqe *w)
+{
+	switch (w->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* A positive ACK is cumulative: every SEND and WRITE up to msn is done.
+ * READs and atomics in between are settled by their own responses. */
+void sq_ack_upto_locked(struct sr_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq_head; i != qp->sq_next; i++) {
+		struct sr_swqe *w = sq_at(qp, i);
+
+		if ((int32_t)(w->msn_first - msn) > 0)
+			break;
+		if (w->state == SR_WQE_SENT && wqe_acked_by_ack(w) &&
+		    (int32_t)(w->msn - msn) <= 0) {
+			w->state = SR_WQE_DONE;
+			w->status = IBV_WC_SUCCESS;
+		}
+	}
+	sq_retire_locked(qp);
 }
 
 void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st)

@@ -1,0 +1,267 @@
+/* The progress engine: epoll + a sorted timer list + an eventfd to wake
+ * the thread when timers or registrations change. See progress.h. */
+#include "progress/progress.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct sr_progress {
+	pthread_t thread;
+	int epfd;
+	struct sr_pollable wake;
+	pthread_mutex_t lock;		/* timers, running, stop */
+	pthread_cond_t idle;
+	struct sr_list timers;		/* sorted by deadline */
+	bool stop;
+	/* what the thread is running now, so del/cancel can wait it out */
+	struct sr_pollable *running_p;
+	struct sr_timer *running_t;
+	/* pollables deleted while a batch of events is being dispatched: the
+	 * rest of the batch must not touch them (they may be freed) */
+	bool in_batch;
+	unsigned int ndead;
+	struct sr_pollable *dead[128];
+};
+
+uint64_t progress_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void wake_drain(struct sr_pollable *p, uint32_t events)
+{
+	uint64_t v;
+
+	if (read(p->fd, &v, sizeof(v)) < 0)
+		(void)0;
+}
+
+static void progress_wake(struct sr_progress *pg)
+{
+	uint64_t one = 1;
+
+	if (write(pg->wake.fd, &one, sizeof(one)) < 0)
+		(void)0;
+}
+
+bool progress_in_thread(struct sr_progress *pg)
+{
+	return pg && pthread_equal(pthread_self(), pg->thread);
+}
+
+/* Caller holds pg->lock. Milliseconds until the first timer, or -1. */
+static int next_timeout_ms(struct sr_progress *pg)
+{
+	struct sr_timer *t;
+	uint64_t now;
+
+	if (sr_list_empty(&pg->timers))
+		return -1;
+	t = container_of(pg->timers.next, struct sr_timer, link);
+	now = progress_now_ns();
+	if (t->deadline_ns <= now)
+		return 0;
+	return (int)sr_min((t->deadline_ns - now + 999999) / 1000000, (uint64_t)60000);
+}
+
+static void run_due_timers(struct sr_progress *pg)
+{
+	uint64_t now = progress_now_ns();
+
+	pthread_mutex_lock(&pg->lock);
+	while (!sr_list_empty(&pg->timers)) {
+		struct sr_timer *t = container_of(pg->timers.next, struct sr_timer, link);
+
+		if (t->deadline_ns > now)
+			break;
+		sr_list_del(&t->link);
+		t->armed = false;
+		pg->running_t = t;
+		pthread_mutex_unlock(&pg->lock);
+		t->fire(t);
+		pthread_mutex_lock(&pg->lock);
+		pg->running_t = NULL;
+		pthread_cond_broadcast(&pg->idle);
+	}
+	pthread_mutex_unlock(&pg->lock);
+}
+
+static void *progress_main(void *arg)
+{
+	struct sr_progress *pg = arg;
+	struct epoll_event evs[64];
+
+	for (;;) {
+		int timeout, n;
+
+		pthread_mutex_lock(&pg->lock);
+		if (pg->stop) {
+			pthread_mutex_unlock(&pg->lock);
+			break;
+		}
+		timeout = next_timeout_ms(pg);
+		pthread_mutex_unlock(&pg->lock);
+
+		n = epoll_wait(pg->epfd, evs, ARRAY_SIZE(evs), timeout);
+		if (n < 0 && errno != EINTR)
+			break;
+		pthread_mutex_lock(&pg->lock);
+		pg->in_batch = true;
+		pg->ndead = 0;
+		pthread_mutex_unlock(&pg->lock);
+		for (int i = 0; i < n; i++) {
+			struct sr_pollable *p = evs[i].data.ptr;
+			bool dead = false;
+
+			/* An event fetched before its pollable was deleted is
+			 * dropped without touching the pollable. */
+			pthread_mutex_lock(&pg->lock);
+			for (unsigned int d = 0; d < pg->ndead; d++)
+				dead |= pg->dead[d] == p;
+			if (dead) {
+				pthread_mutex_unlock(&pg->lock);
+				continue;
+			}
+			pg->running_p = p;
+			pthread_mutex_unlock(&pg->lock);
+			p->on_event(p, evs[i].events);
+			pthread_mutex_lock(&pg->lock);
+			pg->running_p = NULL;
+			pthread_cond_broadcast(&pg->idle);
+			pthread_mutex_unlock(&pg->lock);
+		}
+		pthread_mutex_lock(&pg->lock);
+		pg->in_batch = false;
+		pthread_cond_broadcast(&pg->idle);
+		pthread_mutex_unlock(&pg->lock);
+		run_due_timers(pg);
+	}
+	return NULL;
+}
+
+struct sr_progress *progress_create(void)
+{
+	struct sr_progress *pg = calloc(1, sizeof(*pg));
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (!pg)
+		return NULL;
+	pthread_mutex_init(&pg->lock, NULL);
+	pthread_cond_init(&pg->idle, NULL);
+	sr_list_init(&pg->timers);
+	pg->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (pg->epfd < 0)
+		goto err_free;
+	pg->wake.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (pg->wake.fd < 0)
+		goto err_ep;
+	pg->wake.on_event = wake_drain;
+	ev.data.ptr = &pg->wake;
+	if (epoll_ctl(pg->epfd, EPOLL_CTL_ADD, pg->wake.fd, &ev) < 0)
+		goto err_wake;
+	if (pthread_create(&pg->thread, NULL, progress_main, pg))
+		goto err_wake;
+	return pg;
+
+err_wake:
+	close(pg->wake.fd);
+err_ep:
+	close(pg->epfd);
+err_free:
+	free(pg);
+	return NULL;
+}
+
+void progress_destroy(struct sr_progress *pg)
+{
+	if (!pg)
+		return;
+	pthread_mutex_lock(&pg->lock);
+	pg->stop = true;
+	pthread_mutex_unlock(&pg->lock);
+	progress_wake(pg);
+	if (!progress_in_thread(pg))
+		pthread_join(pg->thread, NULL);
+	else
+		pthread_detach(pg->thread);
+	close(pg->wake.fd);
+	close(pg->epfd);
+	pthread_mutex_destroy(&pg->lock);
+	pthread_cond_destroy(&pg->idle);
+	free(pg);
+}
+
+int progress_add(struct sr_progress *pg, struct sr_pollable *p, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = p };
+
+	return epoll_ctl(pg->epfd, EPOLL_CTL_ADD, p->fd, &ev) < 0 ? -errno : 0;
+}
+
+int progress_mod(struct sr_progress *pg, struct sr_pollable *p, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = p };
+
+	return epoll_ctl(pg->epfd, EPOLL_CTL_MOD, p->fd, &ev) < 0 ? -errno : 0;
+}
+
+void progress_del(struct sr_progress *pg, struct sr_pollable *p)
+{
+	bool self = progress_in_thread(pg);
+
+	epoll_ctl(pg->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+	pthread_mutex_lock(&pg->lock);
+	/* Events already fetched by epoll_wait may still name p: mark it so
+	 * the loop skips them, and wait out a running handler. */
+	while (pg->in_batch && pg->ndead == ARRAY_SIZE(pg->dead) && !self)
+		pthread_cond_wait(&pg->idle, &pg->lock);
+	if (pg->in_batch && pg->ndead < ARRAY_SIZE(pg->dead))
+		pg->dead[pg->ndead++] = p;
+	while (pg->running_p == p && !self)
+		pthread_cond_wait(&pg->idle, &pg->lock);
+	pthread_mutex_unlock(&pg->lock);
+}
+
+void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns)
+{
+	struct sr_list *pos;
+	bool first;
+
+	pthread_mutex_lock(&pg->lock);
+	if (t->armed)
+		sr_list_del(&t->link);
+	t->deadline_ns = progress_now_ns() + delay_ns;
+	t->armed = true;
+	for (pos = pg->timers.next; pos != &pg->timers; pos = pos->next)
+		if (container_of(pos, struct sr_timer, link)->deadline_ns > t->deadline_ns)
+			break;
+	/* insert before pos */
+	t->link.next = pos;
+	t->link.prev = pos->prev;
+	pos->prev->next = &t->link;
+	pos->prev = &t->link;
+	first = pg->timers.next == &t->link;
+	pthread_mutex_unlock(&pg->lock);
+	if (first && !progress_in_thread(pg))
+		progress_wake(pg);
+}
+
+void progress_timer_cancel(struct sr_progress *pg, struct sr_timer *t)
+{
+	pthread_mutex_lock(&pg->lock);
+	if (t->armed) {
+		sr_list_del(&t->link);
+		t->armed = false;
+	}
+	while (pg->running_t == t && !progress_in_thread(pg))
+		pthread_cond_wait(&pg->idle, &pg->lock);
+	pthread_mutex_unlock(&pg->lock);
+}
