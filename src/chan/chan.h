@@ -20,6 +20,8 @@
 #include <stdbool.h>
 #include "core/msg.h"
 
+struct sr_context;
+
 struct sr_qp;
 struct sr_chan;
 
@@ -51,5 +53,15 @@ static inline void chan_put(struct sr_chan *ch)
 /* In-process channel: both QPs live in this process. Creates both ends
  * and attaches them to a and b (qp->chan). Caller holds neither QP lock. */
 int chan_inproc_connect(struct sr_qp *a, struct sr_qp *b);
+
+/* TCP channel (chan/tcp.c): QP connected by hand to a peer in another
+ * process or on another host. Decides who dials from (QPN, GID), attaches
+ * a channel to the QP at once (work posted meanwhile waits in it) and
+ * brings the stream up in the background. Caller holds no QP lock. */
+int chan_tcp_connect(struct sr_qp *qp);
+/* A QP changed state: streams accepted for it may now be matched. */
+void chan_tcp_qp_ready(struct sr_context *ctx);
+/* Context teardown: the progress thread, listener and unmatched streams. */
+void chan_tcp_ctx_close(struct sr_context *ctx);
 
 #endif

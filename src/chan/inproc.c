@@ -131,9 +131,10 @@ static void inproc_close(struct sr_chan *ch)
 	pthread_mutex_unlock(&p->lock);
 	if (self)
 		chan_put(&other->ch);
-	/* The peer's stream is gone: to it, this is a lost connection. */
+	/* An orderly destroy or reset of this end: to the peer, as on IB,
+	 * nothing happens until it needs this QP again. */
 	if (peer) {
-		qp_chan_lost(peer);
+		qp_chan_gone(peer);
 		qp_put(peer);
 	}
 	chan_put(ch);

@@ -46,6 +46,7 @@ struct sr_qp;
 struct sr_srq;
 struct sr_mr;
 struct sr_chan;
+struct sr_tcp_ctx;
 
 /* ---- device ------------------------------------------------------------- */
 struct sr_device {
@@ -109,6 +110,7 @@ struct sr_context {
 	pid_t owner;			/* pid that opened it (fork safety) */
 	struct sr_list link;		/* in the process-wide context list */
 	atomic_int npd, nmr, ncq, nqp, nsrq, nmw, nah;
+	struct sr_tcp_ctx *tcp;		/* TCP channel state, lazily (chan/tcp.c) */
 	atomic_uint_fast64_t mr_bytes;
 };
 

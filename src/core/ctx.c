@@ -6,6 +6,7 @@
  * decision 4), so (GID, QPN) exchanged out of band is a full address.
  */
 #include "core/qp.h"
+#include "chan/chan.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -105,6 +106,7 @@ void ctx_close(struct sr_context *ctx)
 	pthread_mutex_lock(&ctx_list_lock);
 	sr_list_del(&ctx->link);
 	pthread_mutex_unlock(&ctx_list_lock);
+	chan_tcp_ctx_close(ctx);
 	/* A forked child closing a context must not touch the parent's
 	 * sockets beyond its own copies of the descriptors; close() on a
 	 * copy is exactly that, and shutdown() is never called. */

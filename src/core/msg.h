@@ -45,6 +45,8 @@ enum sr_status {
 	SR_ST_REM_OP,		/* responder could not complete the op */
 	SR_ST_RNR,		/* no receive WQE (not used as a verdict yet) */
 	SR_ST_FATAL,		/* stream lost */
+	SR_ST_BYE = 0xff,	/* ACK status on the wire only: the peer QP is
+				 * being destroyed in an orderly way */
 };
 
 /* A TERMINATE that cannot name its request is about the oldest one. */

@@ -293,6 +293,7 @@ static void qp_reset_locked(struct sr_qp *qp)
 	qp->rq.head = qp->rq.tail = 0;
 	qp->ssn = 0;
 	qp->rx_expect_msn = 0;
+	qp->peer_gone = false;
 	while (!sr_list_empty(&qp->rx_pending)) {
 		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
 
@@ -319,15 +320,44 @@ static bool can_link(struct sr_qp *qp)
 	return qp->state >= IBV_QPS_RTR && qp->state <= IBV_QPS_SQE && !qp->chan;
 }
 
+/* Is the peer's GID one of this host's addresses (or absent: no GRH)? */
+static bool peer_is_local(struct sr_qp *qp)
+{
+	struct sr_gid tbl[SR_GID_TBL_LEN];
+	union ibv_gid dgid;
+	int n;
+
+	pthread_mutex_lock(&qp->lock);
+	if (!qp->attr.ah_attr.is_global) {
+		pthread_mutex_unlock(&qp->lock);
+		return true;
+	}
+	dgid = qp->attr.ah_attr.grh.dgid;
+	pthread_mutex_unlock(&qp->lock);
+	n = dev_query_gids(tbl, SR_GID_TBL_LEN);
+	for (int i = 0; i < n; i++)
+		if (!memcmp(&tbl[i].gid, &dgid, sizeof(dgid)))
+			return true;
+	return false;
+}
+
 static void qp_try_link(struct sr_qp *qp)
 {
-	struct sr_qp *peer;
+	struct sr_qp *peer = NULL;
 	uint32_t me = qp->ibqp.qp_base.qp_num;
 	bool linked = false;
 
-	peer = ctx_find_qp(qp->attr.dest_qp_num);
-	if (!peer)
+	/* A peer in this process: the in-process channel. Anywhere else: a
+	 * TCP stream, dialed or awaited (DESIGN.md decision 4). */
+	if (peer_is_local(qp))
+		peer = ctx_find_qp(qp->attr.dest_qp_num);
+	if (!peer) {
+		int ret = chan_tcp_connect(qp);
+
+		if (ret)
+			sr_warn("QP %#x: cannot start a TCP stream: %s", me, strerror(-ret));
 		return;
+	}
 	pthread_mutex_lock(&link_lock);
 	pthread_mutex_lock(&qp->lock);
 	if (peer != qp)

@@ -73,6 +73,7 @@ struct sr_qp {
 	atomic_int refs;
 	bool dying;
 	uint32_t async_given;		/* async events handed out */
+	bool peer_gone;			/* qp_chan_gone(): no peer any more */
 
 	/* WR API (ibv_qp_ex) building state */
 	uint32_t wr_begin;		/* sq_tail when wr_start was called */
@@ -105,6 +106,11 @@ void qp_init_wr_ops(struct sr_qp *qp);
  * kept it (the channel must not free it). Takes the QP lock itself. */
 bool qp_rx(struct sr_qp *qp, struct sr_msg *m);
 void qp_chan_lost(struct sr_qp *qp);
+/* The peer QP was destroyed or reset in an orderly way. As on IB, the QP
+ * stays as it is (receives stay posted) until it next needs the peer:
+ * then its head WQE fails with IBV_WC_RETRY_EXC_ERR. Work already in
+ * flight fails at once. */
+void qp_chan_gone(struct sr_qp *qp);
 /* Send-queue progress: transmit what can go; caller holds qp->lock. */
 void qp_sq_progress_locked(struct sr_qp *qp);
 /* After unlocking: let the channel move what was queued. */
@@ -122,4 +128,5 @@ void sq_ack_upto_locked(struct sr_qp *qp, uint32_t msn);
 void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st);
 int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
 void qp_rx_resume_locked(struct sr_qp *qp);
+void qp_fail_retry_locked(struct sr_qp *qp);
 #endif

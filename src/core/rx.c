@@ -415,6 +415,31 @@ out:
 	return kept;
 }
 
+/* Fail the head WQE as a transport retry would, then enter ERROR.
+ * Caller holds qp->lock. */
+void qp_fail_retry_locked(struct sr_qp *qp)
+{
+	if (qp->sq_head != qp->sq_tail) {
+		struct sr_swqe *w = sq_at(qp, qp->sq_head);
+
+		if (w->state != SR_WQE_DONE) {
+			if (qp->sq_next == qp->sq_head)
+				qp->sq_next++;
+			sq_settle_locked(qp, w, IBV_WC_RETRY_EXC_ERR);
+		}
+	}
+	qp_to_error_locked(qp);
+}
+
+void qp_chan_gone(struct sr_qp *qp)
+{
+	pthread_mutex_lock(&qp->lock);
+	qp->peer_gone = true;
+	if (qp->sq_head != qp->sq_tail && qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
+		qp_fail_retry_locked(qp);
+	pthread_mutex_unlock(&qp->lock);
+}
+
 void qp_chan_lost(struct sr_qp *qp)
 {
 	pthread_mutex_lock(&qp->lock);

@@ -264,6 +264,10 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 {
 	bool is_uc = qp->ibqp.qp_base.qp_type == IBV_QPT_UC;
 
+	if (qp->peer_gone && qp->state == IBV_QPS_RTS && qp->sq_next != qp->sq_tail) {
+		qp_fail_retry_locked(qp);
+		return;
+	}
 	while (qp->state == IBV_QPS_RTS && qp->chan && qp->sq_next != qp->sq_tail) {
 		struct sr_swqe *w = sq_at(qp, qp->sq_next);
 		enum ibv_wc_status st;
@@ -299,8 +303,9 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		}
 		if (chan_send(qp->chan, m) ||
 		    (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && sq_send_imm(qp, w))) {
-			/* The stream is gone; qp_chan_lost will follow. */
-			break;
+			/* The stream is gone: as on IB, the request times out. */
+			qp_fail_retry_locked(qp);
+			return;
 		}
 	}
 	sq_retire_locked(qp);
