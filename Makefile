@@ -3,7 +3,8 @@
 #   make          check deps, configure build/ with gcc, build
 #   make test     the above + ctest; then ASan+UBSan (build-asan/) + ctest
 #                 (compat tests with the sanitizer runtimes preloaded);
-#                 then a clang build (build-clang/, compile only)
+#                 then a clang build (build-clang/, compile only), then a
+#                 short libFuzzer run over the wire decoders (build-fuzz/)
 #   make demo     build, then show the device and run the verbs demo
 #   make clean    remove all build trees
 #
@@ -25,7 +26,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:strict_st
 MAKEFLAGS += --no-print-directory
 
 .NOTPARALLEL:
-.PHONY: all build deps test test-gcc test-asan test-clang demo clean
+.PHONY: all build deps test test-gcc test-asan test-clang test-fuzz demo clean
 
 all: build
 
@@ -38,7 +39,7 @@ build: deps
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_C_COMPILER=gcc
 	$(CMAKE) --build $(BUILD) -j$(JOBS)
 
-test: test-gcc test-asan test-clang
+test: test-gcc test-asan test-clang test-fuzz
 
 test-gcc: build
 	cd $(BUILD) && $(CTEST) --output-on-failure $(CTEST_ARGS)
@@ -63,6 +64,11 @@ test-clang: deps
 	$(CMAKE) -S . -B $(CLANG_BUILD) -DCMAKE_C_COMPILER=clang
 	$(CMAKE) --build $(CLANG_BUILD) -j$(JOBS)
 
+# Every wire decoder under libFuzzer for a short run (a longer one:
+# bash tests/fuzz/run.sh SECONDS).
+test-fuzz: deps
+	bash tests/fuzz/run.sh 20
+
 demo: build
 	$(BUILD)/bin/softrnic run -- ibv_devinfo -v
 	@if [ -x $(BUILD)/bin/softrnic-demo ]; then \
@@ -73,4 +79,4 @@ demo: build
 	fi
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD) build-fuzz

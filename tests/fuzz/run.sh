@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build the iWARP wire fuzzer (tests/fuzz/fuzz_wire.c) with clang and run
+# it for SECONDS (default 20), starting from a small seed corpus that this
+# script writes.
+#
+#   tests/fuzz/run.sh [SECONDS]
+#
+# FUZZ_BUILD (default <repo>/build-fuzz) is the build tree; the corpus that
+# libFuzzer grows stays there, under fuzz-corpus/, for the next run. A
+# crashing input is saved under fuzz-artifacts/ and the exit status is
+# non-zero.
+set -euo pipefail
+
+secs=${1:-20}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${FUZZ_BUILD:-$root/build-fuzz}
+corpus=$build/fuzz-corpus/wire
+artifacts=$build/fuzz-artifacts
+dict=$build/fuzz-wire.dict
+
+cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DSOFTRNIC_FUZZ=ON \
+	-DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire
+
+mkdir -p "$corpus" "$artifacts"
+
+# Seeds: the first byte picks the decoder (see LLVMFuzzerTestOneInput),
+# the rest are the unit tests' hand-made vectors.
+seed() { printf "$2" >"$corpus/seed-$1"; }
+req='MPA ID Req Frame'
+rep='MPA ID Rep Frame'
+seed mpa-req    "\x00$req\x40\x01\x00\x00"
+seed mpa-rep2   "\x00$rep\x50\x02\x00\x07\x80\x10\xc0\x04hi!"
+seed mpa-reject "\x00$rep\x20\x01\x00\x02no"
+pong='\x00\x17\x41\x43\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00pong!\x00\x00\x00\xc1\x0c\xa8\x9b'
+seed fpdu       "\x01$pong"
+seed fpdu-crc   "\x02$pong"
+seed hdr-send   '\x03\x41\x43\x00\x00\x00\x00\x00\x00\x00\x00\x11\x22\x33\x44\x55\x66\x77\x88'
+seed hdr-inv    '\x03\x41\x44\xde\xad\xbe\xef\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00'
+seed hdr-areq   '\x03\x41\x4a\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x0a\x00\x00\x00\x00'
+seed hdr-write  '\x03\x81\x40\x12\x34\x56\x78\x01\x23\x45\x67\x89\xab\xcd\xef'
+seed read-req   '\x04\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c'
+seed atomic-req '\x05\x00\x00\x00\x02\xa1\xa2\xa3\xa4\xb1\xb2\xb3\xb4\xc1\xc2\xc3\xc4\xc5\xc6\xc7\xc8\xd1\xd2\xd3\xd4\xd5\xd6\xd7\xd8\xff\xff\xff\xff\xff\xff\xff\xff\xe1\xe2\xe3\xe4\xe5\xe6\xe7\xe8\xff\xff\xff\xff\x00\x00\x00\x00'
+seed atomic-rsp '\x06\xa1\xa2\xa3\xa4\x01\x02\x03\x04\x05\x06\x07\x08'
+seed term-qn    '\x07\x12\x01\xc0\x00\x00\x20\x41\x43\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x04\x00\x00\x00\x00'
+seed term-plain '\x07\x00\x07\x00\x00'
+seed imm        '\x08\xca\xfe\xba\xbe\x00\x00\x00\x00'
+
+cat >"$dict" <<DICT
+"$req"
+"$rep"
+DICT
+
+exec "$build/bin/fuzz_wire" -max_total_time="$secs" -max_len=2048 \
+	-timeout=10 -print_final_stats=1 -dict="$dict" \
+	-artifact_prefix="$artifacts/" "$corpus"
