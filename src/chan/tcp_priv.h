@@ -1,0 +1,134 @@
+/* Private to the TCP channel (tcp.c: setup and lifetime, tcp_tx.c,
+ * tcp_rx.c). See tcp.c for the design. */
+#ifndef SOFTRNIC_TCP_PRIV_H
+#define SOFTRNIC_TCP_PRIV_H
+
+#include "chan/chan.h"
+#include "core/qp.h"
+#include "progress/progress.h"
+#include "wire/iwarp.h"
+#include "wire/srext.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define TX_SLOTS	16
+#define RX_BUF		(2 * (MPA_MAX_ULPDU + 64))
+#define SR_SINK_STAG	0x5352534bU	/* our READ sink tag: responses are
+					 * matched by order, placed by offset */
+#define HS_TIMEOUT_NS	(60ULL * 1000000000ULL)
+#define RETRY_NS	(50ULL * 1000000ULL)
+
+enum tcp_state {
+	TS_DIALING,		/* connect() in progress */
+	TS_REQ_SENT,		/* MPA request sent, waiting for the reply */
+	TS_ACCEPTED,		/* accepted, waiting for the MPA request */
+	TS_HELD,		/* request read; our QP is not ready yet */
+	TS_UP,
+	TS_DEAD,
+};
+
+struct sr_tcp_ctx {
+	pthread_mutex_t lock;
+	struct sr_context *ctx;
+	struct sr_progress *pg;
+	struct sr_pollable lpl;		/* the context's listener */
+	struct sr_list streams;		/* every live tcp_chan */
+};
+
+struct tx_fpdu {
+	uint8_t hdr[MPA_ULPDU_LEN_SIZE + DDP_HDR_MAX + RDMAP_ATOMIC_REQ_LEN];
+	uint8_t trl[MPA_TRAILER_MAX];
+	struct iovec iov[3];
+	int niov;
+	struct sr_msg *done;		/* free once this FPDU is written */
+};
+
+/* What an inbound READ or atomic request needs for its response. */
+struct rsp_ctx {
+	uint32_t msn;
+	uint32_t sink_stag;
+	uint64_t sink_to;
+	uint32_t req_id;
+};
+
+struct tcp_chan {
+	struct sr_chan ch;
+	struct sr_tcp_ctx *tctx;
+	struct sr_list link;		/* tctx->streams */
+	struct sr_pollable pl;
+	struct sr_timer timer;
+	pthread_mutex_t lock;		/* everything below */
+	enum tcp_state state;
+	bool closed;			/* detached from its QP */
+	bool dialer, crc, ext;
+	bool peer_bye;			/* the peer said goodbye before closing */
+	uint32_t events;		/* epoll events registered */
+	struct sr_qp *qp;
+	uint32_t local_qpn, peer_qpn;
+	struct sockaddr_storage peer;
+	socklen_t peerlen;
+	uint64_t deadline;
+	uint16_t ird, ord;
+
+	/* handshake bytes still to write */
+	uint8_t hs[MPA_FRAME_HDR_LEN + MPA_RTR_LEN + SR_HELLO_LEN];
+	size_t hs_len, hs_off;
+	bool fail_after_hs;		/* a reject: close once written */
+
+	/* transmit */
+	struct sr_list txq;
+	struct sr_msg *cur;
+	uint32_t cur_off;
+	struct tx_fpdu slot[TX_SLOTS];
+	uint32_t slot_head, slot_tail;
+	uint32_t tx_msn[DDP_QN_COUNT];
+	bool ack_pending;
+	uint32_t ack_msn;
+	uint32_t *rd_out;		/* msns of our READs awaiting responses */
+	uint32_t rd_out_head, rd_out_tail, rd_out_size;
+	struct rsp_ctx *rsp;		/* inbound READs/atomics to answer */
+	uint32_t rsp_head, rsp_tail, rsp_size;
+
+	/* receive */
+	uint8_t *rbuf;
+	size_t rlen;
+	uint32_t rx_msn[DDP_QN_COUNT];
+	uint32_t rx_req_msn;
+	struct sr_msg *as_untagged;	/* SEND being assembled */
+	struct sr_msg *as_tagged;	/* WRITE / READ_RESP being assembled */
+	uint32_t as_stag;
+	uint64_t as_to;
+	uint8_t as_op;
+};
+
+static inline struct tcp_chan *to_tc(struct sr_chan *ch)
+{
+	return container_of(ch, struct tcp_chan, ch);
+}
+
+#define FIFO_PUSH(tc, f, v) \
+	fifo_push((uint32_t **)&(tc)->f, &(tc)->f##_head, &(tc)->f##_tail, &(tc)->f##_size, \
+		  sizeof(*(tc)->f), (v))
+#define FIFO_EMPTY(tc, f) ((tc)->f##_head == (tc)->f##_tail)
+#define FIFO_FRONT(tc, f) (&(tc)->f[(tc)->f##_head & ((tc)->f##_size - 1)])
+#define FIFO_POP(tc, f) ((tc)->f##_head++)
+
+bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
+	       size_t elem, const void *v);
+void set_state(struct tcp_chan *tc, enum tcp_state s);
+void want(struct tcp_chan *tc, uint32_t events);
+void tcp_fail(struct tcp_chan *tc, const char *why);
+
+/* tcp_tx.c: caller holds tc->lock for the _locked ones */
+int tcp_send(struct sr_chan *ch, struct sr_msg *m);
+void tcp_kick(struct sr_chan *ch);
+void tcp_flush_locked(struct tcp_chan *tc);
+void ack_flush_locked(struct tcp_chan *tc);
+int status_of_term(const struct rdmap_term *t);
+struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn);
+
+/* tcp_rx.c: called from the progress thread */
+void tcp_rx(struct tcp_chan *tc);
+
+#endif

@@ -1,0 +1,350 @@
+/* The TCP channel's transmit side: sr_msg to FPDUs, written with writev
+ * from the posting thread when the socket takes them, else from the
+ * progress thread on EPOLLOUT. */
+#include "chan/tcp_priv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+/* ---- transmit ------------------------------------------------------------ */
+
+static uint8_t term_of_status(int st, uint8_t *layer, uint8_t *etype)
+{
+	*layer = TERM_LAYER_RDMAP;
+	switch (st) {
+	case SR_ST_REM_ACCESS:
+		*etype = TERM_RDMAP_ETYPE_REMOTE_PROT;
+		return TERM_RDMAP_ECODE_ACCESS;
+	case SR_ST_REM_INV_REQ:
+		*layer = TERM_LAYER_DDP;
+		*etype = TERM_DDP_ETYPE_UNTAGGED;
+		return TERM_DDP_ECODE_UT_MSG_TOOLONG;
+	default:
+		*etype = TERM_RDMAP_ETYPE_REMOTE_OP;
+		return TERM_RDMAP_ECODE_UNSPECIFIED;
+	}
+}
+
+int status_of_term(const struct rdmap_term *t)
+{
+	if (t->layer == TERM_LAYER_RDMAP && t->etype == TERM_RDMAP_ETYPE_REMOTE_PROT)
+		return SR_ST_REM_ACCESS;
+	if (t->layer == TERM_LAYER_DDP && t->etype == TERM_DDP_ETYPE_TAGGED)
+		return SR_ST_REM_ACCESS;
+	if (t->layer == TERM_LAYER_DDP && t->etype == TERM_DDP_ETYPE_UNTAGGED)
+		return SR_ST_REM_INV_REQ;
+	return SR_ST_REM_OP;
+}
+
+/* Largest payload per FPDU for a header of hlen bytes. */
+static uint32_t seg_max(size_t hlen)
+{
+	return (uint32_t)(MPA_MAX_ULPDU - hlen) & ~3U;
+}
+
+/* Pop answered request contexts up to (and including) msn. */
+struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn)
+{
+	while (!FIFO_EMPTY(tc, rsp)) {
+		struct rsp_ctx *r = FIFO_FRONT(tc, rsp);
+
+		FIFO_POP(tc, rsp);
+		if (r->msn == msn)
+			return r;
+		if ((int32_t)(r->msn - msn) > 0)
+			return NULL;
+	}
+	return NULL;
+}
+
+/* Encode the next FPDU of tc->cur into slot s. Caller holds tc->lock.
+ * Returns false (and drops the message) if it cannot be encoded. */
+static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
+{
+	struct sr_msg *m = tc->cur;
+	struct ddp_hdr h = { .last = true };
+	uint8_t *p = s->hdr + MPA_ULPDU_LEN_SIZE;
+	size_t cap = sizeof(s->hdr) - MPA_ULPDU_LEN_SIZE, blen = 0;
+	uint32_t chunk = 0, crc = 0;
+	ssize_t hl;
+
+	switch (m->op) {
+	case SR_MSG_SEND:
+		h.qn = DDP_QN_SEND;
+		h.msn = tc->tx_msn[DDP_QN_SEND];
+		h.mo = tc->cur_off;
+		if (m->flags & SR_MSGF_IMM) {
+			h.opcode = (m->flags & SR_MSGF_SE) ? SR_EXT_SEND_SE_IMM : SR_EXT_SEND_IMM;
+			h.inv_stag = be32toh(m->imm);
+		} else if (m->flags & SR_MSGF_INV) {
+			h.opcode = (m->flags & SR_MSGF_SE) ? RDMAP_SEND_SE_INV : RDMAP_SEND_INV;
+			h.inv_stag = m->inv_stag;
+		} else {
+			h.opcode = (m->flags & SR_MSGF_SE) ? RDMAP_SEND_SE : RDMAP_SEND;
+		}
+		chunk = sr_min(m->len - tc->cur_off, seg_max(DDP_UNTAGGED_HDR_LEN));
+		h.last = tc->cur_off + chunk == m->len;
+		if (h.last)
+			tc->tx_msn[DDP_QN_SEND]++;
+		break;
+	case SR_MSG_WRITE:
+	case SR_MSG_READ_RESP: {
+		h.tagged = true;
+		h.opcode = m->op == SR_MSG_WRITE ? RDMAP_WRITE : RDMAP_READ_RESP;
+		h.stag = m->stag;
+		h.to = m->to + tc->cur_off;
+		chunk = sr_min(m->len - tc->cur_off, seg_max(DDP_TAGGED_HDR_LEN));
+		h.last = tc->cur_off + chunk == m->len;
+		break;
+	}
+	case SR_MSG_IMM: {
+		struct rdmap_imm im = { { 0 } };
+
+		h.opcode = (m->flags & SR_MSGF_SE) ? RDMAP_IMM_SE : RDMAP_IMM;
+		h.qn = DDP_QN_SEND;
+		h.msn = tc->tx_msn[DDP_QN_SEND]++;
+		memcpy(im.data, &m->imm, 4);
+		hl = rdmap_imm_encode(p + DDP_UNTAGGED_HDR_LEN, cap - DDP_UNTAGGED_HDR_LEN, &im);
+		blen = hl > 0 ? (size_t)hl : 0;
+		break;
+	}
+	case SR_MSG_READ_REQ: {
+		struct rdmap_read_req r = {
+			.sink_stag = SR_SINK_STAG, .sink_to = 0, .size = m->rd_len,
+			.src_stag = m->stag, .src_to = m->to,
+		};
+
+		h.opcode = RDMAP_READ_REQ;
+		h.qn = DDP_QN_READ_REQ;
+		h.msn = tc->tx_msn[DDP_QN_READ_REQ]++;
+		hl = rdmap_read_req_encode(p + DDP_UNTAGGED_HDR_LEN, cap - DDP_UNTAGGED_HDR_LEN, &r);
+		blen = hl > 0 ? (size_t)hl : 0;
+		if (!FIFO_PUSH(tc, rd_out, &m->msn))
+			return false;
+		break;
+	}
+	case SR_MSG_ATOMIC_REQ: {
+		struct rdmap_atomic_req a = {
+			.req_id = m->msn, .stag = m->stag, .to = m->to,
+		};
+
+		if (m->atomic_op == SR_ATOMIC_CMP_SWP) {
+			a.op = RDMAP_ATOMIC_CMP_SWAP;
+			a.add_swap = m->add_swap;
+			a.add_swap_mask = ~0ULL;
+			a.compare = m->compare;
+			a.compare_mask = ~0ULL;
+		} else {
+			a.op = RDMAP_ATOMIC_FETCH_ADD;
+			a.add_swap = m->add_swap;
+		}
+		h.opcode = RDMAP_ATOMIC_REQ;
+		h.qn = DDP_QN_ATOMIC_REQ;
+		h.msn = tc->tx_msn[DDP_QN_ATOMIC_REQ]++;
+		hl = rdmap_atomic_req_encode(p + DDP_UNTAGGED_HDR_LEN, cap - DDP_UNTAGGED_HDR_LEN, &a);
+		blen = hl > 0 ? (size_t)hl : 0;
+		break;
+	}
+	case SR_MSG_ATOMIC_RESP: {
+		struct rsp_ctx *r = rsp_take(tc, m->msn);
+		struct rdmap_atomic_resp a = { .req_id = r ? r->req_id : m->msn, .orig = m->orig };
+
+		h.opcode = RDMAP_ATOMIC_RESP;
+		h.qn = DDP_QN_ATOMIC_RESP;
+		h.msn = tc->tx_msn[DDP_QN_ATOMIC_RESP]++;
+		hl = rdmap_atomic_resp_encode(p + DDP_UNTAGGED_HDR_LEN, cap - DDP_UNTAGGED_HDR_LEN, &a);
+		blen = hl > 0 ? (size_t)hl : 0;
+		break;
+	}
+	case SR_MSG_TERMINATE:
+	case SR_MSG_ACK:
+	case SR_MSG_RNR:
+		if (m->op == SR_MSG_TERMINATE || !tc->ext) {
+			struct rdmap_term t = { 0 };
+
+			t.ecode = term_of_status(m->status, &t.layer, &t.etype);
+			h.opcode = RDMAP_TERMINATE;
+			h.qn = DDP_QN_TERMINATE;
+			h.msn = tc->tx_msn[DDP_QN_TERMINATE]++;
+			hl = rdmap_term_encode(p + DDP_UNTAGGED_HDR_LEN, cap - DDP_UNTAGGED_HDR_LEN, &t);
+			blen = hl > 0 ? (size_t)hl : 0;
+		} else {
+			h.opcode = m->op == SR_MSG_ACK ? SR_EXT_ACK : SR_EXT_RNR;
+			h.qn = SR_EXT_QN;
+			h.msn = m->msn;
+			h.mo = m->status;
+		}
+		if (m->op != SR_MSG_RNR)
+			rsp_take(tc, m->msn);	/* a failed READ gets no response */
+		break;
+	default:
+		return false;
+	}
+	if (m->op == SR_MSG_READ_RESP && tc->cur_off == 0) {
+		struct rsp_ctx *r = rsp_take(tc, m->msn);
+
+		if (r) {
+			m->stag = r->sink_stag;
+			m->to = r->sink_to;
+			h.stag = m->stag;
+			h.to = m->to;
+		}
+	}
+	hl = sr_ext_opcode(h.opcode) ? sr_ext_hdr_encode(p, cap, &h) : ddp_hdr_encode(p, cap, &h);
+	if (hl < 0)
+		return false;
+	{
+		size_t ulen = (size_t)hl + blen + chunk;
+
+		s->hdr[0] = (uint8_t)(ulen >> 8);
+		s->hdr[1] = (uint8_t)ulen;
+		s->iov[0] = (struct iovec){ s->hdr, MPA_ULPDU_LEN_SIZE + (size_t)hl + blen };
+		s->niov = 1;
+		if (chunk)
+			s->iov[s->niov++] = (struct iovec){ m->payload + tc->cur_off, chunk };
+		if (tc->crc) {
+			uint8_t zero[3] = { 0 };
+			struct iovec civ[3] = { s->iov[0], s->niov > 1 ? s->iov[1] : (struct iovec){ 0 },
+						{ zero, mpa_pad(ulen) } };
+
+			crc = mpa_crc(civ, 3);
+		}
+		s->iov[s->niov++] = (struct iovec){ s->trl, mpa_fpdu_trailer(s->trl, ulen, crc) };
+	}
+	tc->cur_off += chunk;
+	s->done = NULL;
+	if (tc->cur_off >= m->len && (m->op != SR_MSG_SEND || h.last) &&
+	    (m->op != SR_MSG_WRITE || h.last) && (m->op != SR_MSG_READ_RESP || h.last)) {
+		s->done = m;
+		tc->cur = NULL;
+		tc->cur_off = 0;
+	}
+	return true;
+}
+
+/* Queue a pending cumulative ACK ahead of anything else. */
+void ack_flush_locked(struct tcp_chan *tc)
+{
+	struct sr_msg *a;
+
+	if (!tc->ack_pending)
+		return;
+	a = msg_alloc(0);
+	if (!a)
+		return;
+	a->op = SR_MSG_ACK;
+	a->msn = tc->ack_msn;
+	a->status = SR_ST_OK;
+	sr_list_add_tail(&tc->txq, &a->link);
+	tc->ack_pending = false;
+}
+
+/* Write what we can. Caller holds tc->lock; state is UP. */
+void tcp_flush_locked(struct tcp_chan *tc)
+{
+	for (;;) {
+		struct iovec iov[TX_SLOTS * 3];
+		int n = 0;
+		ssize_t w;
+
+		if (sr_list_empty(&tc->txq) && !tc->cur)
+			ack_flush_locked(tc);
+		while (tc->slot_tail - tc->slot_head < TX_SLOTS) {
+			if (!tc->cur) {
+				if (sr_list_empty(&tc->txq))
+					break;
+				tc->cur = container_of(tc->txq.next, struct sr_msg, link);
+				sr_list_del(&tc->cur->link);
+				tc->cur_off = 0;
+			}
+			if (!tx_encode(tc, &tc->slot[tc->slot_tail % TX_SLOTS])) {
+				msg_free(tc->cur);
+				tc->cur = NULL;
+				continue;
+			}
+			tc->slot_tail++;
+		}
+		if (tc->slot_head == tc->slot_tail) {
+			want(tc, EPOLLIN);
+			return;
+		}
+		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++) {
+			struct tx_fpdu *s = &tc->slot[i % TX_SLOTS];
+
+			for (int k = 0; k < s->niov; k++)
+				if (s->iov[k].iov_len)
+					iov[n++] = s->iov[k];
+		}
+		w = writev(tc->pl.fd, iov, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				want(tc, EPOLLIN | EPOLLOUT);
+			/* other errors: the read side sees the loss */
+			return;
+		}
+		while (w > 0 && tc->slot_head != tc->slot_tail) {
+			struct tx_fpdu *s = &tc->slot[tc->slot_head % TX_SLOTS];
+			bool whole = true;
+
+			for (int k = 0; k < s->niov && w > 0; k++) {
+				size_t take = sr_min((size_t)w, s->iov[k].iov_len);
+
+				s->iov[k].iov_base = (uint8_t *)s->iov[k].iov_base + take;
+				s->iov[k].iov_len -= take;
+				w -= (ssize_t)take;
+			}
+			for (int k = 0; k < s->niov; k++)
+				whole &= s->iov[k].iov_len == 0;
+			if (!whole)
+				break;
+			msg_free(s->done);
+			s->done = NULL;
+			tc->slot_head++;
+		}
+	}
+}
+
+int tcp_send(struct sr_chan *ch, struct sr_msg *m)
+{
+	struct tcp_chan *tc = to_tc(ch);
+
+	pthread_mutex_lock(&tc->lock);
+	if (tc->state == TS_DEAD || tc->closed) {
+		pthread_mutex_unlock(&tc->lock);
+		msg_free(m);
+		return -ENOTCONN;
+	}
+	/* Positive ACKs are cumulative: keep only the latest, send it when
+	 * the queue drains (one per batch of inbound requests). */
+	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK && tc->ext) {
+		tc->ack_pending = true;
+		tc->ack_msn = m->msn;
+		pthread_mutex_unlock(&tc->lock);
+		msg_free(m);
+		return 0;
+	}
+	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK) {
+		pthread_mutex_unlock(&tc->lock);
+		msg_free(m);
+		return 0;
+	}
+	ack_flush_locked(tc);
+	sr_list_add_tail(&tc->txq, &m->link);
+	pthread_mutex_unlock(&tc->lock);
+	return 0;
+}
+
+void tcp_kick(struct sr_chan *ch)
+{
+	struct tcp_chan *tc = to_tc(ch);
+
+	pthread_mutex_lock(&tc->lock);
+	if (tc->state == TS_UP && !tc->closed)
+		tcp_flush_locked(tc);
+	pthread_mutex_unlock(&tc->lock);
+}
