@@ -166,7 +166,9 @@ static void tcp_free(struct sr_chan *ch)
 		if (tc->slot[i % TX_SLOTS].done && tc->slot[i % TX_SLOTS].done != tc->cur)
 			msg_free(tc->slot[i % TX_SLOTS].done);
 	msg_free(tc->as_untagged);
-	msg_free(tc->as_tagged);
+	msg_free(tc->dr.msg);
+	for (int i = 0; i < tc->dr.nrefs; i++)
+		mr_release(&tc->dr.refs[i]);
 	free(tc->rd_out);
 	free(tc->rsp);
 	free(tc->rbuf);

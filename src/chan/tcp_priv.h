@@ -52,6 +52,19 @@ struct rsp_ctx {
 	uint32_t req_id;
 };
 
+/* A tagged segment whose payload is being received straight into the
+ * application's memory (tcp_rx.c). */
+struct rx_direct {
+	bool active, failed;
+	struct sr_msg *msg;		/* delivered when the segment is in */
+	struct iovec iov[SR_MAX_SGE];	/* where the rest goes */
+	int niov;
+	struct sr_mref refs[SR_MAX_SGE];
+	int nrefs;
+	size_t remaining;		/* payload bytes still in the socket */
+	size_t trailer;			/* pad + CRC bytes after them */
+};
+
 struct tcp_chan {
 	struct sr_chan ch;
 	struct sr_tcp_ctx *tctx;
@@ -96,10 +109,11 @@ struct tcp_chan {
 	uint32_t rx_msn[DDP_QN_COUNT];
 	uint32_t rx_req_msn;
 	struct sr_msg *as_untagged;	/* SEND being assembled */
-	struct sr_msg *as_tagged;	/* WRITE / READ_RESP being assembled */
+	bool as_active;			/* a tagged message is in progress: */
+	uint8_t as_op;			/* ... WRITE or READ_RESP */
 	uint32_t as_stag;
-	uint64_t as_to;
-	uint8_t as_op;
+	uint64_t as_to;			/* where its next segment must go */
+	struct rx_direct dr;		/* segment being placed directly */
 };
 
 static inline struct tcp_chan *to_tc(struct sr_chan *ch)

@@ -40,6 +40,59 @@ static struct sr_msg *as_start(uint8_t op)
 	return m;
 }
 
+/* Bookkeeping for one tagged segment (WRITE or READ_RESP): checks that
+ * it (seglen payload bytes) continues the message in progress, and makes
+ * the core message for it, with room for len payload bytes. Segments are delivered one by one
+ * (SR_MSGF_MORE on all but the last), never assembled. */
+static struct sr_msg *tagged_msg(struct tcp_chan *tc, const struct ddp_hdr *h, uint32_t seglen,
+				 uint32_t len)
+{
+	uint8_t op = h->opcode == RDMAP_WRITE ? SR_MSG_WRITE : SR_MSG_READ_RESP;
+	struct sr_msg *m;
+	uint32_t msn;
+
+	if (!tc->as_active) {
+		tc->as_active = true;
+		tc->as_op = op;
+		tc->as_stag = h->stag;
+		tc->as_to = h->to;
+	} else if (tc->as_op != op || tc->as_stag != h->stag || tc->as_to != h->to) {
+		return NULL;		/* segments of a message are in order */
+	}
+	if (op == SR_MSG_WRITE) {
+		msn = tc->rx_req_msn;
+	} else {
+		/* READ responses come back in the order of the requests (RFC
+		 * 5040 §5.1): they answer the oldest outstanding READ. */
+		pthread_mutex_lock(&tc->lock);
+		if (FIFO_EMPTY(tc, rd_out)) {
+			pthread_mutex_unlock(&tc->lock);
+			return NULL;
+		}
+		msn = *FIFO_FRONT(tc, rd_out);
+		if (h->last)
+			FIFO_POP(tc, rd_out);
+		pthread_mutex_unlock(&tc->lock);
+	}
+	m = msg_alloc(len);
+	if (!m)
+		return NULL;
+	m->op = op;
+	m->msn = msn;
+	m->stag = h->stag;
+	/* a READ sink offset counts from the sink TO we sent, 0 */
+	m->to = h->to;
+	if (!h->last)
+		m->flags |= SR_MSGF_MORE;
+	tc->as_to += seglen;
+	if (h->last) {
+		tc->as_active = false;
+		if (op == SR_MSG_WRITE)
+			tc->rx_req_msn++;
+	}
+	return m;
+}
+
 /* One whole FPDU's ULPDU. Returns 0, or -EBADMSG for a protocol error
  * (the caller sends TERMINATE and drops the stream). */
 static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct rx_out *out)
@@ -49,6 +102,7 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 	size_t blen;
 	ssize_t hl;
 	struct sr_msg *m = NULL;
+	bool ok;
 
 	if (ulen < 2)
 		return -EBADMSG;
@@ -109,47 +163,12 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		}
 		break;
 	case RDMAP_WRITE:
-	case RDMAP_READ_RESP: {
-		uint8_t op = h.opcode == RDMAP_WRITE ? SR_MSG_WRITE : SR_MSG_READ_RESP;
-
-		if (!tc->as_tagged) {
-			tc->as_tagged = as_start(op);
-			if (!tc->as_tagged)
-				return -ENOMEM;
-			tc->as_op = op;
-			tc->as_stag = h.stag;
-			tc->as_to = h.to;
-		} else if (tc->as_op != op || tc->as_stag != h.stag ||
-			   tc->as_to + tc->as_tagged->len != h.to) {
+	case RDMAP_READ_RESP:
+		m = tagged_msg(tc, &h, (uint32_t)blen, (uint32_t)blen);
+		if (!m)
 			return -EBADMSG;
-		}
-		if (blen) {
-			struct sr_msg *nm = as_append(tc->as_tagged, body, (uint32_t)blen);
-
-			if (!nm)
-				return -EBADMSG;
-			tc->as_tagged = nm;
-		}
-		if (!h.last)
-			break;
-		m = tc->as_tagged;
-		tc->as_tagged = NULL;
-		m->stag = tc->as_stag;
-		m->to = tc->as_to;
-		if (op == SR_MSG_WRITE) {
-			m->msn = tc->rx_req_msn++;
-		} else {
-			/* READ responses come back in the order of the requests
-			 * (RFC 5040 §5.1): match the oldest outstanding. */
-			if (FIFO_EMPTY(tc, rd_out)) {
-				msg_free(m);
-				return -EBADMSG;
-			}
-			m->msn = *FIFO_FRONT(tc, rd_out);
-			FIFO_POP(tc, rd_out);
-		}
+		memcpy(m->payload, body, blen);
 		break;
-	}
 	case RDMAP_IMM:
 	case RDMAP_IMM_SE: {
 		struct rdmap_imm im;
@@ -178,7 +197,10 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		m->rd_len = r.size;
 		m->msn = tc->rx_req_msn++;
 		rc = (struct rsp_ctx){ .msn = m->msn, .sink_stag = r.sink_stag, .sink_to = r.sink_to };
-		if (!FIFO_PUSH(tc, rsp, &rc)) {
+		pthread_mutex_lock(&tc->lock);
+		ok = FIFO_PUSH(tc, rsp, &rc);
+		pthread_mutex_unlock(&tc->lock);
+		if (!ok) {
 			msg_free(m);
 			return -ENOMEM;
 		}
@@ -205,7 +227,10 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		m->compare = a.compare;
 		m->msn = tc->rx_req_msn++;
 		rc = (struct rsp_ctx){ .msn = m->msn, .req_id = a.req_id };
-		if (!FIFO_PUSH(tc, rsp, &rc)) {
+		pthread_mutex_lock(&tc->lock);
+		ok = FIFO_PUSH(tc, rsp, &rc);
+		pthread_mutex_unlock(&tc->lock);
+		if (!ok) {
 			msg_free(m);
 			return -ENOMEM;
 		}
@@ -258,16 +283,193 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 	return 0;
 }
 
-/* Parse whole FPDUs out of rbuf. Caller holds tc->lock. */
-static int rx_parse(struct tcp_chan *tc, struct rx_out *out)
+/* Direct placement: a tagged segment's payload goes from the socket
+ * straight into the memory it is for (readv), with no staging copy. Only
+ * between softrnic peers without CRC (a CRC would have to be computed
+ * over memory the application owns), and only when the QP can place now
+ * (else the segment goes through the core as a message, in order). */
+static bool direct_ok(struct tcp_chan *tc)
+{
+	return tc->ext && !tc->crc;
+}
+
+static void direct_finish(struct tcp_chan *tc, struct rx_out *out)
+{
+	struct rx_direct *d = &tc->dr;
+
+	for (int i = 0; i < d->nrefs; i++)
+		mr_release(&d->refs[i]);
+	d->nrefs = 0;
+	d->msg->flags |= d->failed ? SR_MSGF_PLACE_ERR : SR_MSGF_PLACED;
+	out->m[out->n++] = d->msg;
+	d->msg = NULL;
+	d->active = false;
+}
+
+/* Copy what rbuf already holds of the payload, then leave the rest for
+ * direct_step. hdr: the FPDU's decoded header; rbuf starts at its
+ * ULPDU_Length field. Returns bytes of rbuf consumed, or -errno. */
+static ssize_t direct_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *h,
+			    size_t hl, size_t ulen, struct rx_out *out)
+{
+	struct rx_direct *d = &tc->dr;
+	size_t paylen = ulen - hl, have;
+	size_t start = MPA_ULPDU_LEN_SIZE + hl;
+	int n;
+
+	d->failed = false;
+	d->nrefs = 0;
+	if (!paylen) {
+		n = 0;
+	} else if (h->opcode == RDMAP_WRITE) {
+		n = qp_place_write(qp, h->stag, h->to, (uint32_t)paylen, &d->refs[0]);
+		if (n == 0) {
+			d->iov[0] = (struct iovec){ (void *)d->refs[0].addr, paylen };
+			n = 1;
+		}
+	} else {
+		uint32_t msn;
+
+		pthread_mutex_lock(&tc->lock);
+		if (FIFO_EMPTY(tc, rd_out)) {
+			pthread_mutex_unlock(&tc->lock);
+			return -EBADMSG;
+		}
+		msn = *FIFO_FRONT(tc, rd_out);
+		pthread_mutex_unlock(&tc->lock);
+		n = qp_place_read(qp, msn, h->to, (uint32_t)paylen, d->iov, d->refs, SR_MAX_SGE);
+	}
+	if (n == -EAGAIN)
+		return -EAGAIN;		/* cannot place now: take the staged path */
+	d->msg = tagged_msg(tc, h, (uint32_t)paylen, 0);
+	if (!d->msg) {
+		while (n-- > 0)
+			mr_release(&d->refs[n]);
+		return -EBADMSG;
+	}
+	d->msg->placed = (uint32_t)paylen;
+	if (n < 0) {
+		d->failed = true;
+		n = 0;
+	}
+	d->nrefs = n;
+	d->niov = n;
+	d->remaining = paylen;
+	d->trailer = mpa_pad(ulen) + MPA_CRC_SIZE;
+	d->active = true;
+	/* what rbuf already has */
+	have = sr_min(tc->rlen - start, paylen);
+	for (size_t off = 0, i = 0; off < have && !d->failed && i < (size_t)d->niov; i++) {
+		size_t take = sr_min(d->iov[i].iov_len, have - off);
+
+		if (mem_write((uintptr_t)d->iov[i].iov_base, tc->rbuf + start + off, take))
+			d->failed = true;
+		d->iov[i].iov_base = (uint8_t *)d->iov[i].iov_base + take;
+		d->iov[i].iov_len -= take;
+		off += take;
+	}
+	d->remaining -= have;
+	{
+		size_t tr = sr_min(tc->rlen - start - have, d->trailer);
+
+		d->trailer -= tr;
+		have += tr;
+	}
+	if (!d->remaining && !d->trailer)
+		direct_finish(tc, out);
+	return (ssize_t)(start + have);
+}
+
+/* Receive the rest of a directly placed segment. 1: progress, 0: the
+ * socket is empty, <0: stream lost. */
+static int direct_step(struct tcp_chan *tc, struct rx_out *out)
+{
+	struct rx_direct *d = &tc->dr;
+	ssize_t n;
+
+	if (d->remaining) {
+		if (d->failed) {
+			n = recv(tc->pl.fd, tc->rbuf, sr_min(d->remaining, (size_t)RX_BUF), MSG_DONTWAIT);
+		} else {
+			struct iovec iov[SR_MAX_SGE];
+			int k = 0;
+
+			for (int i = 0; i < d->niov; i++)
+				if (d->iov[i].iov_len)
+					iov[k++] = d->iov[i];
+			n = readv(tc->pl.fd, iov, k);
+			if (n < 0 && errno == EFAULT) {
+				/* the target went away under us: drain, fail */
+				d->failed = true;
+				return 1;
+			}
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		d->remaining -= (size_t)n;
+		for (int i = 0; i < d->niov && !d->failed; i++) {
+			size_t take = sr_min(d->iov[i].iov_len, (size_t)n);
+
+			d->iov[i].iov_base = (uint8_t *)d->iov[i].iov_base + take;
+			d->iov[i].iov_len -= take;
+			n -= (ssize_t)take;
+		}
+	} else {
+		uint8_t trl[MPA_TRAILER_MAX];
+
+		n = recv(tc->pl.fd, trl, d->trailer, MSG_DONTWAIT);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		d->trailer -= (size_t)n;
+	}
+	if (!d->remaining && !d->trailer)
+		direct_finish(tc, out);
+	return 1;
+}
+
+/* Parse FPDUs out of rbuf (only the progress thread touches rx state). */
+static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 {
 	size_t off = 0;
 	int ret = 0;
 
-	while (out->n < (int)ARRAY_SIZE(out->m)) {
+	while (out->n < (int)ARRAY_SIZE(out->m) && !tc->dr.active) {
+		const uint8_t *p = tc->rbuf + off;
+		size_t avail = tc->rlen - off, ulen;
 		struct mpa_fpdu f;
-		ssize_t n = mpa_fpdu_decode(tc->rbuf + off, tc->rlen - off, tc->crc, &f);
+		ssize_t n;
 
+		if (avail < MPA_ULPDU_LEN_SIZE + DDP_TAGGED_HDR_LEN)
+			break;
+		ulen = (size_t)p[0] << 8 | p[1];
+		/* A tagged segment not wholly here yet goes straight to its
+		 * target; deliver what came before it first, in order. */
+		if ((p[2] & 0x80) && direct_ok(tc) && ulen >= DDP_TAGGED_HDR_LEN &&
+		    avail < mpa_fpdu_len(ulen)) {
+			struct ddp_hdr h;
+
+			if (out->n)
+				break;
+			if (ddp_hdr_decode(p + MPA_ULPDU_LEN_SIZE, ulen, &h) != DDP_TAGGED_HDR_LEN) {
+				ret = -EBADMSG;
+				break;
+			}
+			n = direct_begin(tc, qp, &h, DDP_TAGGED_HDR_LEN, ulen, out);
+			if (n == -EAGAIN)
+				goto staged;
+			if (n < 0) {
+				ret = (int)n;
+				break;
+			}
+			off += (size_t)n;
+			continue;
+		}
+staged:
+		n = mpa_fpdu_decode(p, avail, tc->crc, &f);
 		if (n == -EAGAIN)
 			break;
 		if (n < 0) {
@@ -284,33 +486,43 @@ static int rx_parse(struct tcp_chan *tc, struct rx_out *out)
 	return ret;
 }
 
-/* Read and deliver. Called from the progress thread. */
+/* Read and deliver. Called from the progress thread, which alone touches
+ * the receive state; the channel lock guards only what tx shares. */
 void tcp_rx(struct tcp_chan *tc)
 {
 	for (;;) {
 		struct rx_out out = { .n = 0 };
 		struct sr_qp *qp;
 		ssize_t n = 0;
-		int perr;
-		bool eof = false;
+		int perr = 0, derr = 0;
+		bool eof = false, progress = false;
 
 		pthread_mutex_lock(&tc->lock);
 		if (tc->state != TS_UP || tc->closed) {
 			pthread_mutex_unlock(&tc->lock);
 			return;
 		}
-		if (tc->rlen < RX_BUF) {
-			n = recv(tc->pl.fd, tc->rbuf + tc->rlen, RX_BUF - tc->rlen, MSG_DONTWAIT);
-			if (n > 0)
-				tc->rlen += (size_t)n;
-			else if (n == 0)
-				eof = true;
-			else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				eof = true;
-		}
-		perr = rx_parse(tc, &out);
 		qp = tc->qp;
 		pthread_mutex_unlock(&tc->lock);
+
+		if (tc->dr.active) {
+			derr = direct_step(tc, &out);
+			progress = derr > 0;
+			if (derr < 0)
+				eof = true;
+		} else if (tc->rlen < RX_BUF) {
+			n = recv(tc->pl.fd, tc->rbuf + tc->rlen, RX_BUF - tc->rlen, MSG_DONTWAIT);
+			if (n > 0) {
+				tc->rlen += (size_t)n;
+				progress = true;
+			} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+				eof = true;
+			}
+		}
+		if (!tc->dr.active)
+			perr = rx_parse(tc, qp, &out);
+		if (out.n)
+			progress = true;
 
 		for (int i = 0; i < out.n; i++)
 			if (!qp_rx(qp, out.m[i]))
@@ -331,10 +543,10 @@ void tcp_rx(struct tcp_chan *tc)
 		}
 		tcp_kick(&tc->ch);
 		if (eof) {
-			tcp_fail(tc, n == 0 ? "peer closed the stream" : strerror(errno));
+			tcp_fail(tc, "peer closed the stream");
 			return;
 		}
-		if (n <= 0 && out.n < (int)ARRAY_SIZE(out.m))
+		if (!progress)
 			return;
 	}
 }

@@ -278,7 +278,13 @@ void tcp_flush_locked(struct tcp_chan *tc)
 				if (s->iov[k].iov_len)
 					iov[n++] = s->iov[k];
 		}
-		w = writev(tc->pl.fd, iov, n);
+		{
+			/* sendmsg, not writev: MSG_NOSIGNAL, or a peer that
+			 * went away would kill the program with SIGPIPE. */
+			struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+
+			w = sendmsg(tc->pl.fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		}
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;

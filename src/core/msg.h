@@ -35,6 +35,14 @@ enum sr_msg_flags {
 	SR_MSGF_SE = 1 << 0,		/* solicited event */
 	SR_MSGF_IMM = 1 << 1,		/* carries immediate data */
 	SR_MSGF_INV = 1 << 2,		/* SEND with invalidate: inv_stag */
+	/* WRITE and READ_RESP may arrive a segment at a time (a TCP stream
+	 * delivers FPDUs): MORE marks all but the last; "to" is where the
+	 * segment goes (READ_RESP: its offset in the read). */
+	SR_MSGF_MORE = 1 << 3,
+	/* The channel already placed the payload (placed bytes) through
+	 * qp_place_write / qp_place_read, or failed to (PLACE_ERR). */
+	SR_MSGF_PLACED = 1 << 4,
+	SR_MSGF_PLACE_ERR = 1 << 5,
 };
 
 /* Verdicts a responder returns (ACK, TERMINATE). */
@@ -66,6 +74,7 @@ struct sr_msg {
 	uint32_t rd_len;		/* READ_REQ: bytes asked for */
 	uint64_t add_swap, compare;	/* ATOMIC_REQ */
 	uint64_t orig;			/* ATOMIC_RESP */
+	uint32_t placed;		/* SR_MSGF_PLACED: bytes placed */
 	uint32_t len;			/* payload bytes */
 	uint8_t payload[];
 };

@@ -7,6 +7,8 @@
 #include "core/msg.h"
 #include "chan/chan.h"
 
+#include <sys/uio.h>
+
 /* Private send flag: a BIND_MW WQE made by ibv_bind_mw (type 1). */
 #define SR_SEND_BIND_TYPE1 (1U << 31)
 
@@ -35,6 +37,7 @@ struct sr_swqe {
 	uint8_t state;			/* enum sr_swqe_state */
 	uint8_t status;			/* enum ibv_wc_status once DONE */
 	uint8_t *inl;			/* inline copy (IBV_SEND_INLINE) */
+	uint64_t rd_got;		/* READ: response bytes landed */
 	struct ibv_sge sge[];		/* cap.max_send_sge entries */
 };
 
@@ -67,6 +70,7 @@ struct sr_qp {
 	struct sr_list rx_pending;
 	uint32_t rx_expect_msn;
 	uint32_t rx_last_write_len;	/* for IMM after WRITE (RFC 7306) */
+	uint32_t rx_write_acc;		/* bytes of the WRITE being received */
 
 	/* connection */
 	struct sr_chan *chan;
@@ -129,4 +133,16 @@ void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st
 int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
 void qp_rx_resume_locked(struct sr_qp *qp);
 void qp_fail_retry_locked(struct sr_qp *qp);
+
+/* Direct placement for channels that receive into application memory.
+ * qp_place_write: where a WRITE segment of len bytes at (stag, to) goes,
+ * checked as rx_write checks it; -EAGAIN if the QP cannot place now (it
+ * is not receiving, or earlier requests wait for receive WQEs): deliver
+ * the segment as a message instead. qp_place_read: the same for the READ
+ * whose request had this msn, at offset off of its scatter list; fills up
+ * to max iovecs and references (release them with mr_release). */
+int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
+		   struct sr_mref *ref);
+int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
+		  struct iovec *iov, struct sr_mref *refs, int max);
 #endif

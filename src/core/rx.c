@@ -156,8 +156,12 @@ static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 {
 	struct sr_mref ref = { 0 };
 
-	qp->rx_last_write_len = m->len;
-	if (m->len) {
+	if (m->flags & SR_MSGF_PLACE_ERR) {
+		rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+		return RX_DONE;
+	}
+	qp->rx_write_acc += (m->flags & SR_MSGF_PLACED) ? m->placed : m->len;
+	if (m->len && !(m->flags & SR_MSGF_PLACED)) {
 		if (rx_resolve(qp, m, m->len, IBV_ACCESS_REMOTE_WRITE, &ref)) {
 			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return RX_DONE;
@@ -169,8 +173,80 @@ static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 		}
 		mr_release(&ref);
 	}
+	if (m->flags & SR_MSGF_MORE)
+		return RX_DONE;
+	qp->rx_last_write_len = qp->rx_write_acc;
+	qp->rx_write_acc = 0;
 	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
 	return RX_DONE;
+}
+
+int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
+		   struct sr_mref *ref)
+{
+	int ret;
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || !sr_list_empty(&qp->rx_pending)) {
+		pthread_mutex_unlock(&qp->lock);
+		return -EAGAIN;
+	}
+	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
+		ret = -EACCES;
+	else
+		ret = mr_resolve(qp->ctx, qp->pd, stag, to, len, IBV_ACCESS_REMOTE_WRITE, true, ref);
+	pthread_mutex_unlock(&qp->lock);
+	return ret;
+}
+
+/* The scatter-list pieces covering [off, off + len) of a READ's sink. */
+static int read_sink(struct sr_qp *qp, struct sr_swqe *w, uint64_t off, uint64_t len,
+		     struct iovec *iov, struct sr_mref *refs, int max)
+{
+	uint64_t pos = 0;
+	int n = 0;
+
+	if (off > w->length || len > w->length - off)
+		return -ERANGE;
+	for (uint32_t i = 0; i < w->num_sge && len; i++) {
+		struct ibv_sge *s = &w->sge[i];
+		uint64_t take, skip;
+
+		if (pos + s->length <= off) {
+			pos += s->length;
+			continue;
+		}
+		skip = off > pos ? off - pos : 0;
+		take = sr_min((uint64_t)s->length - skip, len);
+		if (n == max ||
+		    mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr + skip, take,
+			       IBV_ACCESS_LOCAL_WRITE, false, &refs[n])) {
+			while (n--)
+				mr_release(&refs[n]);
+			return -EACCES;
+		}
+		iov[n].iov_base = (void *)refs[n].addr;
+		iov[n].iov_len = take;
+		n++;
+		off += take;
+		len -= take;
+		pos += s->length;
+	}
+	return n;
+}
+
+int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
+		  struct iovec *iov, struct sr_mref *refs, int max)
+{
+	struct sr_swqe *w;
+	int ret = -EAGAIN;
+
+	pthread_mutex_lock(&qp->lock);
+	w = qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE ? sq_find_sent_locked(qp, msn) : NULL;
+	if (w && w->opcode == IBV_WR_RDMA_READ)
+		ret = read_sink(qp, w, off, len, iov, refs, max);
+	pthread_mutex_unlock(&qp->lock);
+	return ret;
 }
 
 /* RFC 7306 §6.x Immediate Data after a WRITE: consumes a receive WQE and
@@ -273,28 +349,38 @@ static enum ibv_wc_status status_to_wc(int st)
 }
 
 /* Land a READ response in the WQE's scatter list. */
+/* Land (a segment of) a READ response at its offset in the WQE's scatter
+ * list. Returns SUCCESS while more is to come. */
 static enum ibv_wc_status land_read(struct sr_qp *qp, struct sr_swqe *w, struct sr_msg *m)
 {
-	uint64_t off = 0;
+	uint32_t got = (m->flags & SR_MSGF_PLACED) ? m->placed : m->len;
 
-	if (m->len != w->length)
-		return IBV_WC_BAD_RESP_ERR;
-	for (uint32_t i = 0; i < w->num_sge && off < m->len; i++) {
-		struct ibv_sge *s = &w->sge[i];
-		struct sr_mref ref;
+	if (m->flags & SR_MSGF_PLACE_ERR)
+		return IBV_WC_LOC_PROT_ERR;
+	if (m->to != w->rd_got)
+		return IBV_WC_BAD_RESP_ERR;	/* out of order or overlapping */
+	if (!(m->flags & SR_MSGF_PLACED) && m->len) {
+		struct iovec iov[SR_MAX_SGE];
+		struct sr_mref refs[SR_MAX_SGE];
+		int n = read_sink(qp, w, m->to, m->len, iov, refs, SR_MAX_SGE);
+		size_t off = 0;
+		int bad = 0;
 
-		if (!s->length)
-			continue;
-		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length,
-			       IBV_ACCESS_LOCAL_WRITE, false, &ref))
+		if (n == -ERANGE)
+			return IBV_WC_BAD_RESP_ERR;
+		if (n < 0)
 			return IBV_WC_LOC_PROT_ERR;
-		if (mem_write(ref.addr, m->payload + off, s->length)) {
-			mr_release(&ref);
-			return IBV_WC_LOC_PROT_ERR;
+		for (int i = 0; i < n; i++) {
+			bad |= mem_write((uintptr_t)iov[i].iov_base, m->payload + off, iov[i].iov_len);
+			off += iov[i].iov_len;
+			mr_release(&refs[i]);
 		}
-		mr_release(&ref);
-		off += s->length;
+		if (bad)
+			return IBV_WC_LOC_PROT_ERR;
 	}
+	w->rd_got += got;
+	if (!(m->flags & SR_MSGF_MORE) && w->rd_got != w->length)
+		return IBV_WC_BAD_RESP_ERR;
 	return IBV_WC_SUCCESS;
 }
 
@@ -327,6 +413,8 @@ static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 		break;
 	case SR_MSG_READ_RESP:
 		st = w->opcode == IBV_WR_RDMA_READ ? land_read(qp, w, m) : IBV_WC_BAD_RESP_ERR;
+		if (st == IBV_WC_SUCCESS && (m->flags & SR_MSGF_MORE))
+			return;		/* more segments to come */
 		break;
 	case SR_MSG_ATOMIC_RESP: {
 		struct sr_mref ref;
