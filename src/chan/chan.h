@@ -63,5 +63,7 @@ int chan_tcp_connect(struct sr_qp *qp);
 void chan_tcp_qp_ready(struct sr_context *ctx);
 /* Context teardown: the progress thread, listener and unmatched streams. */
 void chan_tcp_ctx_close(struct sr_context *ctx);
+/* The context's progress engine (started on first use), for timers. */
+struct sr_progress *chan_progress(struct sr_context *ctx);
 
 #endif

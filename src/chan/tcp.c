@@ -716,6 +716,13 @@ static int gid_to_sockaddr(const union ibv_gid *g, uint16_t port, unsigned int s
 	return 0;
 }
 
+struct sr_progress *chan_progress(struct sr_context *ctx)
+{
+	struct sr_tcp_ctx *t = tcp_ctx_get(ctx);
+
+	return t ? t->pg : NULL;
+}
+
 int chan_tcp_connect(struct sr_qp *qp)
 {
 	struct sr_context *ctx = qp->ctx;

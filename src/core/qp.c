@@ -180,6 +180,8 @@ int qp_destroy(struct sr_qp *qp)
 	pthread_mutex_unlock(&ctx->lock);
 
 	qp_unlink(qp);
+	if (qp->rnr_pg)
+		progress_timer_cancel(qp->rnr_pg, &qp->rnr_timer);
 	/* Lookups that found it before it was unlisted finish first. */
 	while (atomic_load(&qp->refs) > 1)
 		sched_yield();

@@ -6,6 +6,7 @@
 #include "core/core.h"
 #include "core/msg.h"
 #include "chan/chan.h"
+#include "progress/progress.h"
 
 #include <sys/uio.h>
 
@@ -79,6 +80,13 @@ struct sr_qp {
 	uint32_t async_given;		/* async events handed out */
 	bool peer_gone;			/* qp_chan_gone(): no peer any more */
 
+	/* RNR (IBTA 9.7.5.2.8): the responder parked our request msn for
+	 * want of a receive WQE; with a finite rnr_retry the WQE fails
+	 * with IBV_WC_RNR_RETRY_EXC_ERR when this timer fires first. */
+	struct sr_timer rnr_timer;
+	struct sr_progress *rnr_pg;
+	uint32_t rnr_msn;
+
 	/* WR API (ibv_qp_ex) building state */
 	uint32_t wr_begin;		/* sq_tail when wr_start was called */
 	int wr_err;
@@ -133,6 +141,7 @@ void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st
 int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
 void qp_rx_resume_locked(struct sr_qp *qp);
 void qp_fail_retry_locked(struct sr_qp *qp);
+void qp_rnr_arm_locked(struct sr_qp *qp, uint32_t msn, uint8_t timer);
 
 /* Direct placement for channels that receive into application memory.
  * qp_place_write: where a WRITE segment of len bytes at (stag, to) goes,

@@ -22,14 +22,14 @@ static void respond(struct sr_qp *qp, struct sr_msg *req, int op, int status)
 	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UC || !qp->chan)
 		return;
 	/* Without acks the requester learns of errors only by TERMINATE. */
-	if (op == SR_MSG_ACK && status == SR_ST_OK && !qp->chan->acks)
+	if ((op == SR_MSG_ACK || op == SR_MSG_RNR) && status == SR_ST_OK && !qp->chan->acks)
 		return;
 	r = msg_alloc(0);
 	if (!r)
 		return;
 	r->op = (uint8_t)(status != SR_ST_OK && !qp->chan->acks ? SR_MSG_TERMINATE : op);
 	r->msn = req->msn;
-	r->status = (uint8_t)status;
+	r->status = (uint8_t)(op == SR_MSG_RNR ? qp->attr.min_rnr_timer : status);
 	chan_send(qp->chan, r);
 }
 
@@ -384,6 +384,62 @@ static enum ibv_wc_status land_read(struct sr_qp *qp, struct sr_swqe *w, struct 
 	return IBV_WC_SUCCESS;
 }
 
+/* IBTA 9.7.5.2.8 Table 45: the RNR NAK timer field, in microseconds. */
+static const uint32_t rnr_timer_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280,
+	1920, 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440,
+	81920, 122880, 163840, 245760, 327680, 491520,
+};
+
+static void qp_rnr_fire(struct sr_timer *t)
+{
+	struct sr_qp *qp = container_of(t, struct sr_qp, rnr_timer);
+	struct sr_swqe *w;
+	bool term = false;
+
+	pthread_mutex_lock(&qp->lock);
+	w = qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ?
+		sq_find_sent_locked(qp, qp->rnr_msn) : NULL;
+	if (w) {
+		sr_dbg("QP %#x: RNR retries exhausted for msn %u", qp->ibqp.qp_base.qp_num,
+		       qp->rnr_msn);
+		/* The responder still holds the request: make it drop it. */
+		if (qp->chan) {
+			struct sr_msg *tm = msg_alloc(0);
+
+			if (tm) {
+				tm->op = SR_MSG_TERMINATE;
+				tm->msn = SR_MSN_OLDEST;
+				tm->status = SR_ST_RNR;
+				term = chan_send(qp->chan, tm) == 0;
+			}
+		}
+		sq_settle_locked(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
+	}
+	pthread_mutex_unlock(&qp->lock);
+	if (term)
+		qp_kick(qp);
+}
+
+/* The responder parked request msn. rnr_retry 7 waits for ever (IBTA
+ * 9.7.5.2.8); otherwise the request fails after rnr_retry waits of the
+ * responder's RNR timer. Caller holds qp->lock. */
+void qp_rnr_arm_locked(struct sr_qp *qp, uint32_t msn, uint8_t timer)
+{
+	uint64_t ns;
+
+	if (qp->attr.rnr_retry >= 7)
+		return;
+	if (!qp->rnr_pg)
+		qp->rnr_pg = chan_progress(qp->ctx);
+	if (!qp->rnr_pg)
+		return;
+	qp->rnr_msn = msn;
+	qp->rnr_timer.fire = qp_rnr_fire;
+	ns = (uint64_t)rnr_timer_us[timer & 31] * 1000 * qp->attr.rnr_retry;
+	progress_timer_arm(qp->rnr_pg, &qp->rnr_timer, ns);
+}
+
 static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 {
 	struct sr_swqe *w;
@@ -393,8 +449,10 @@ static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 		sq_ack_upto_locked(qp, m->msn);
 		return;
 	}
-	if (m->op == SR_MSG_RNR)
-		return;		/* finite rnr_retry: needs timers (todo) */
+	if (m->op == SR_MSG_RNR) {
+		qp_rnr_arm_locked(qp, m->msn, m->status);
+		return;
+	}
 	w = sq_find_sent_locked(qp, m->msn);
 
 	if (!w) {
@@ -492,6 +550,10 @@ bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
 		 * (IBTA 9.7.5.2.4 for UC). */
 		if (qp->ibqp.qp_base.qp_type == IBV_QPT_UC)
 			goto out;
+		/* Tell the requester once per parked head request: its
+		 * rnr_retry decides how long it will wait. */
+		if (sr_list_empty(&qp->rx_pending))
+			respond(qp, m, SR_MSG_RNR, SR_ST_OK);
 		/* RNR: keep it, in order, until a receive WQE is posted.
 		 * With rnr_retry 7 (infinite) this is exactly what the
 		 * requester's retries would achieve. */
