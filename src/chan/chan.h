@@ -21,6 +21,7 @@
 #include "core/msg.h"
 
 struct sr_context;
+struct sr_cq;
 
 struct sr_qp;
 struct sr_chan;
@@ -63,6 +64,10 @@ int chan_tcp_connect(struct sr_qp *qp);
 void chan_tcp_qp_ready(struct sr_context *ctx);
 /* Context teardown: the progress thread, listener and unmatched streams. */
 void chan_tcp_ctx_close(struct sr_context *ctx);
+/* A program polled cq and found it empty: receive what waits on the
+ * streams of QPs that complete into it, in the caller's thread, so a busy
+ * poller does not wait for the progress thread to wake (DESIGN.md 5). */
+void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq);
 /* The context's progress engine (started on first use), for timers. */
 struct sr_progress *chan_progress(struct sr_context *ctx);
 

@@ -137,6 +137,7 @@ static struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
 	tc->pl.on_event = tcp_on_event;
 	tc->timer.fire = tcp_on_timer;
 	pthread_mutex_init(&tc->lock, NULL);
+	pthread_mutex_init(&tc->rx_lock, NULL);
 	sr_list_init(&tc->txq);
 	for (int q = 0; q < DDP_QN_COUNT; q++)
 		tc->tx_msn[q] = tc->rx_msn[q] = 1;	/* RFC 5041 §5.1: MSN starts at 1 */
@@ -173,6 +174,7 @@ static void tcp_free(struct sr_chan *ch)
 	free(tc->rsp);
 	free(tc->rbuf);
 	pthread_mutex_destroy(&tc->lock);
+	pthread_mutex_destroy(&tc->rx_lock);
 	free(tc);
 }
 
@@ -269,6 +271,10 @@ static void tcp_close(struct sr_chan *ch)
 	tc->closed = true;
 	tc->qp = NULL;
 	pthread_mutex_unlock(&tc->lock);
+	/* A program thread may be receiving for this QP right now (a CQ
+	 * poll): wait it out; it sees "closed" before its next delivery. */
+	pthread_mutex_lock(&tc->rx_lock);
+	pthread_mutex_unlock(&tc->rx_lock);
 	tcp_shut(tc);
 	tcp_unlist(tc);
 	chan_put(ch);			/* the QP's reference */
@@ -714,6 +720,33 @@ static int gid_to_sockaddr(const union ibv_gid *g, uint16_t port, unsigned int s
 		*len = sizeof(*in6);
 	}
 	return 0;
+}
+
+void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
+{
+	struct sr_tcp_ctx *t = ctx->tcp;
+	struct tcp_chan *busy[16];
+	struct sr_list *pos, *tmp;
+	int n = 0;
+
+	if (!t || pthread_mutex_trylock(&t->lock))
+		return;
+	sr_list_for_each_safe(pos, tmp, &t->streams) {
+		struct tcp_chan *tc = container_of(pos, struct tcp_chan, link);
+		struct sr_qp *qp = tc->qp;
+
+		if (n == (int)ARRAY_SIZE(busy))
+			break;
+		if (tc->state == TS_UP && !tc->closed && qp && (qp->scq == cq || qp->rcq == cq)) {
+			chan_get(&tc->ch);
+			busy[n++] = tc;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	for (int i = 0; i < n; i++) {
+		tcp_rx_try(busy[i]);
+		chan_put(&busy[i]->ch);
+	}
 }
 
 struct sr_progress *chan_progress(struct sr_context *ctx)

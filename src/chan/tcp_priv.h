@@ -71,6 +71,9 @@ struct tcp_chan {
 	struct sr_list link;		/* tctx->streams */
 	struct sr_pollable pl;
 	struct sr_timer timer;
+	/* Receive state is used by one thread at a time: the progress
+	 * thread, or a program thread polling an empty CQ (rx_lock). */
+	pthread_mutex_t rx_lock;
 	pthread_mutex_t lock;		/* everything below */
 	enum tcp_state state;
 	bool closed;			/* detached from its QP */
@@ -144,5 +147,8 @@ struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn);
 
 /* tcp_rx.c: called from the progress thread */
 void tcp_rx(struct tcp_chan *tc);
+/* The same from a program thread: does nothing if another thread is
+ * receiving on this stream right now. */
+void tcp_rx_try(struct tcp_chan *tc);
 
 #endif

@@ -486,9 +486,9 @@ staged:
 	return ret;
 }
 
-/* Read and deliver. Called from the progress thread, which alone touches
- * the receive state; the channel lock guards only what tx shares. */
-void tcp_rx(struct tcp_chan *tc)
+/* Read and deliver, holding rx_lock (the receive state's owner); the
+ * channel lock guards only what tx shares. */
+static void tcp_rx_locked(struct tcp_chan *tc)
 {
 	for (;;) {
 		struct rx_out out = { .n = 0 };
@@ -549,4 +549,19 @@ void tcp_rx(struct tcp_chan *tc)
 		if (!progress)
 			return;
 	}
+}
+
+void tcp_rx(struct tcp_chan *tc)
+{
+	pthread_mutex_lock(&tc->rx_lock);
+	tcp_rx_locked(tc);
+	pthread_mutex_unlock(&tc->rx_lock);
+}
+
+void tcp_rx_try(struct tcp_chan *tc)
+{
+	if (pthread_mutex_trylock(&tc->rx_lock))
+		return;
+	tcp_rx_locked(tc);
+	pthread_mutex_unlock(&tc->rx_lock);
 }

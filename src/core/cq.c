@@ -2,6 +2,9 @@
  * the next (or next solicited) completion, and the ibv_cq_ex poll family.
  */
 #include "core/core.h"
+#include "chan/chan.h"
+
+#include <unistd.h>
 
 #include <errno.h>
 #include <stdlib.h>
@@ -200,12 +203,28 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 	return 0;
 }
 
+static bool cq_empty(struct sr_cq *cq)
+{
+	return cq->head == cq->tail;	/* a racy peek is fine: a hint */
+}
+
+/* An empty CQ: let the channels receive in this thread (no lock held). */
+static void cq_progress(struct sr_cq *cq)
+{
+	struct sr_context *ctx = to_ctx(cq->ibcq.context);
+
+	if (ctx->tcp && ctx->owner == sr_getpid())
+		chan_tcp_poll(ctx, cq);
+}
+
 int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 {
 	int i = 0;
 
 	if (n < 0)
 		return -EINVAL;
+	if (cq_empty(cq))
+		cq_progress(cq);
 	pthread_mutex_lock(&cq->lock);
 	while (i < n && cq->head != cq->tail) {
 		struct sr_cqe *e = &cq->ring[cq->head & (cq->size - 1)];
@@ -249,6 +268,8 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
+	if (cq_empty(cq))
+		cq_progress(cq);
 	pthread_mutex_lock(&cq->lock);
 	if (cq->head == cq->tail) {
 		pthread_mutex_unlock(&cq->lock);

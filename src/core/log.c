@@ -36,6 +36,24 @@ void sr_log(int level, const char *fmt, ...)
 	fprintf(stderr, "%s\n", buf);
 }
 
+static int sr_pid;
+
+static void sr_pid_refresh(void)
+{
+	sr_pid = (int)getpid();
+}
+
+__attribute__((constructor)) static void sr_pid_init(void)
+{
+	sr_pid_refresh();
+	pthread_atfork(NULL, NULL, sr_pid_refresh);
+}
+
+int sr_getpid(void)
+{
+	return sr_pid;
+}
+
 uint32_t sr_random32(void)
 {
 	uint32_t v;

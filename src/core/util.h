@@ -50,4 +50,8 @@ void sr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* Random 32-bit value from the kernel's CSPRNG (getrandom), for keys. */
 uint32_t sr_random32(void);
 
+/* getpid() without a system call: cached, and refreshed in a forked
+ * child (pthread_atfork), so hot paths can tell a child from its parent. */
+int sr_getpid(void);
+
 #endif
