@@ -487,8 +487,10 @@ staged:
 }
 
 /* Read and deliver, holding rx_lock (the receive state's owner); the
- * channel lock guards only what tx shares. */
-static void tcp_rx_locked(struct tcp_chan *tc)
+ * channel lock guards only what tx shares. Returns why the stream must
+ * end, or NULL: the caller ends it after dropping rx_lock, since ending it
+ * waits for the progress thread, which may be waiting for rx_lock. */
+static const char *tcp_rx_locked(struct tcp_chan *tc)
 {
 	for (;;) {
 		struct rx_out out = { .n = 0 };
@@ -500,7 +502,7 @@ static void tcp_rx_locked(struct tcp_chan *tc)
 		pthread_mutex_lock(&tc->lock);
 		if (tc->state != TS_UP || tc->closed) {
 			pthread_mutex_unlock(&tc->lock);
-			return;
+			return NULL;
 		}
 		qp = tc->qp;
 		pthread_mutex_unlock(&tc->lock);
@@ -538,30 +540,35 @@ static void tcp_rx_locked(struct tcp_chan *tc)
 				tcp_send(&tc->ch, t);
 				tcp_kick(&tc->ch);
 			}
-			tcp_fail(tc, "protocol error");
-			return;
+			return "protocol error";
 		}
 		tcp_kick(&tc->ch);
-		if (eof) {
-			tcp_fail(tc, "peer closed the stream");
-			return;
-		}
+		if (eof)
+			return "peer closed the stream";
 		if (!progress)
-			return;
+			return NULL;
 	}
 }
 
 void tcp_rx(struct tcp_chan *tc)
 {
+	const char *why;
+
 	pthread_mutex_lock(&tc->rx_lock);
-	tcp_rx_locked(tc);
+	why = tcp_rx_locked(tc);
 	pthread_mutex_unlock(&tc->rx_lock);
+	if (why)
+		tcp_fail(tc, why);
 }
 
 void tcp_rx_try(struct tcp_chan *tc)
 {
+	const char *why;
+
 	if (pthread_mutex_trylock(&tc->rx_lock))
 		return;
-	tcp_rx_locked(tc);
+	why = tcp_rx_locked(tc);
 	pthread_mutex_unlock(&tc->rx_lock);
+	if (why)
+		tcp_fail(tc, why);
 }

@@ -26,6 +26,9 @@ struct sr_progress {
 	bool in_batch;
 	unsigned int ndead;
 	struct sr_pollable *dead[128];
+	/* loop iterations begun: a deleter from another thread waits for
+	 * the next one, so no event fetched before its delete is pending */
+	uint64_t gen;
 };
 
 uint64_t progress_now_ns(void)
@@ -103,6 +106,8 @@ static void *progress_main(void *arg)
 		int timeout, n;
 
 		pthread_mutex_lock(&pg->lock);
+		pg->gen++;
+		pthread_cond_broadcast(&pg->idle);
 		if (pg->stop) {
 			pthread_mutex_unlock(&pg->lock);
 			break;
@@ -144,6 +149,11 @@ static void *progress_main(void *arg)
 		pthread_mutex_unlock(&pg->lock);
 		run_due_timers(pg);
 	}
+	/* However the loop ended, nobody may wait for it any more. */
+	pthread_mutex_lock(&pg->lock);
+	pg->stop = true;
+	pthread_cond_broadcast(&pg->idle);
+	pthread_mutex_unlock(&pg->lock);
 	return NULL;
 }
 
@@ -216,16 +226,25 @@ int progress_mod(struct sr_progress *pg, struct sr_pollable *p, uint32_t events)
 void progress_del(struct sr_progress *pg, struct sr_pollable *p)
 {
 	bool self = progress_in_thread(pg);
+	uint64_t g;
 
 	epoll_ctl(pg->epfd, EPOLL_CTL_DEL, p->fd, NULL);
 	pthread_mutex_lock(&pg->lock);
-	/* Events already fetched by epoll_wait may still name p: mark it so
-	 * the loop skips them, and wait out a running handler. */
-	while (pg->in_batch && pg->ndead == ARRAY_SIZE(pg->dead) && !self)
-		pthread_cond_wait(&pg->idle, &pg->lock);
-	if (pg->in_batch && pg->ndead < ARRAY_SIZE(pg->dead))
-		pg->dead[pg->ndead++] = p;
-	while (pg->running_p == p && !self)
+	if (self) {
+		/* From a handler: later events of this batch must skip p. */
+		if (pg->ndead < ARRAY_SIZE(pg->dead))
+			pg->dead[pg->ndead++] = p;
+		pthread_mutex_unlock(&pg->lock);
+		return;
+	}
+	/* Events fetched by epoll_wait before the delete may still name p
+	 * (and run its handler): wait until the loop starts its next
+	 * iteration, after which nothing can. */
+	g = pg->gen;
+	pthread_mutex_unlock(&pg->lock);
+	progress_wake(pg);
+	pthread_mutex_lock(&pg->lock);
+	while (pg->gen == g && !pg->stop)
 		pthread_cond_wait(&pg->idle, &pg->lock);
 	pthread_mutex_unlock(&pg->lock);
 }
