@@ -802,6 +802,11 @@ int chan_tcp_connect(struct sr_qp *qp)
 	chan_get(&tc->ch);			/* the QP's reference */
 	pthread_mutex_lock(&tc->lock);
 	tc->dialer = true;
+	/* Only a softrnic peer connects QPs by hand (an iWARP peer needs
+	 * the CM), so ACKs are expected from the first post on; the MPA
+	 * reply confirms it. */
+	tc->ch.acks = true;
+	tc->ext = true;
 	tc->qp = qp;
 	tc->local_qpn = my_qpn;
 	tc->peer_qpn = peer_qpn;
