@@ -575,6 +575,13 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 			break;
 		}
 		on_req_sent(tc, events);
+		if (tc->state == TS_UP && tc->rlen) {
+			/* FPDUs that came in with the MPA reply are already
+			 * read: epoll will not announce them again. */
+			pthread_mutex_unlock(&tc->lock);
+			tcp_rx(tc);
+			return;
+		}
 		break;
 	case TS_ACCEPTED:
 		on_accepted(tc, events);
