@@ -79,6 +79,7 @@ struct tcp_chan {
 	bool closed;			/* detached from its QP */
 	bool dialer, crc, ext;
 	bool peer_bye;			/* the peer said goodbye before closing */
+	bool rx_paused;			/* back-pressure: the QP's backlog is full */
 	uint32_t events;		/* epoll events registered */
 	struct sr_qp *qp;
 	uint32_t local_qpn, peer_qpn;

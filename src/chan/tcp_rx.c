@@ -506,6 +506,15 @@ static const char *tcp_rx_locked(struct tcp_chan *tc)
 		}
 		qp = tc->qp;
 		pthread_mutex_unlock(&tc->lock);
+		/* Back-pressure: with too much parked at the QP, read no more
+		 * until receives are posted (tcp_kick resumes). */
+		if (!tc->dr.active && qp_rx_congested(qp)) {
+			pthread_mutex_lock(&tc->lock);
+			tc->rx_paused = true;
+			want(tc, tc->events & ~(uint32_t)EPOLLIN);
+			pthread_mutex_unlock(&tc->lock);
+			return NULL;
+		}
 
 		if (tc->dr.active) {
 			derr = direct_step(tc, &out);

@@ -268,7 +268,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 			tc->slot_tail++;
 		}
 		if (tc->slot_head == tc->slot_tail) {
-			want(tc, EPOLLIN);
+			want(tc, tc->rx_paused ? 0 : EPOLLIN);
 			return;
 		}
 		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++) {
@@ -289,7 +289,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				want(tc, EPOLLIN | EPOLLOUT);
+				want(tc, (tc->rx_paused ? 0 : EPOLLIN) | EPOLLOUT);
 			/* other errors: the read side sees the loss */
 			return;
 		}
@@ -348,9 +348,29 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 void tcp_kick(struct sr_chan *ch)
 {
 	struct tcp_chan *tc = to_tc(ch);
+	bool resume = false;
+
+	struct sr_qp *qp = NULL;
 
 	pthread_mutex_lock(&tc->lock);
-	if (tc->state == TS_UP && !tc->closed)
+	if (tc->state == TS_UP && !tc->closed) {
 		tcp_flush_locked(tc);
+		resume = tc->rx_paused;
+		if (resume) {
+			qp = tc->qp;
+			qp_get(qp);
+		}
+	}
 	pthread_mutex_unlock(&tc->lock);
+	/* Receives may have been posted: read again if the backlog let us. */
+	if (resume) {
+		if (!qp_rx_congested(qp)) {
+			pthread_mutex_lock(&tc->lock);
+			tc->rx_paused = false;
+			want(tc, tc->events | EPOLLIN);
+			pthread_mutex_unlock(&tc->lock);
+			tcp_rx_try(tc);
+		}
+		qp_put(qp);
+	}
 }

@@ -187,12 +187,7 @@ int qp_destroy(struct sr_qp *qp)
 		sched_yield();
 	pthread_mutex_lock(&qp->lock);
 	qp->state = IBV_QPS_RESET;
-	while (!sr_list_empty(&qp->rx_pending)) {
-		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
-
-		sr_list_del(&m->link);
-		msg_free(m);
-	}
+	qp_rx_pending_clear_locked(qp);
 	pthread_mutex_unlock(&qp->lock);
 	evq_remove_obj(&ctx->async, qp);
 	cq_forget_qp(qp->scq, qp);
@@ -296,12 +291,7 @@ static void qp_reset_locked(struct sr_qp *qp)
 	qp->ssn = 0;
 	qp->rx_expect_msn = 0;
 	qp->peer_gone = false;
-	while (!sr_list_empty(&qp->rx_pending)) {
-		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
-
-		sr_list_del(&m->link);
-		msg_free(m);
-	}
+	qp_rx_pending_clear_locked(qp);
 	memset(&qp->attr, 0, sizeof(qp->attr));
 }
 

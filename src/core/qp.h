@@ -69,6 +69,7 @@ struct sr_qp {
 
 	/* responder: inbound requests that wait for a receive WQE (RNR) */
 	struct sr_list rx_pending;
+	uint64_t rx_pending_bytes;
 	uint32_t rx_expect_msn;
 	uint32_t rx_last_write_len;	/* for IMM after WRITE (RFC 7306) */
 	uint32_t rx_write_acc;		/* bytes of the WRITE being received */
@@ -142,6 +143,13 @@ int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
 void qp_rx_resume_locked(struct sr_qp *qp);
 void qp_fail_retry_locked(struct sr_qp *qp);
 void qp_rnr_arm_locked(struct sr_qp *qp, uint32_t msn, uint8_t timer);
+/* Drop every parked request. Caller holds qp->lock. */
+void qp_rx_pending_clear_locked(struct sr_qp *qp);
+/* Requests parked for receive WQEs hold more than SR_RX_BACKLOG bytes: a
+ * channel should stop reading from the peer until receives are posted
+ * (back-pressure, so no peer can make us buffer without bound). */
+#define SR_RX_BACKLOG (64U << 20)
+bool qp_rx_congested(struct sr_qp *qp);
 
 /* Direct placement for channels that receive into application memory.
  * qp_place_write: where a WRITE segment of len bytes at (stag, to) goes,

@@ -496,6 +496,27 @@ static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 	sq_settle_locked(qp, w, st);
 }
 
+void qp_rx_pending_clear_locked(struct sr_qp *qp)
+{
+	while (!sr_list_empty(&qp->rx_pending)) {
+		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
+
+		sr_list_del(&m->link);
+		msg_free(m);
+	}
+	qp->rx_pending_bytes = 0;
+}
+
+bool qp_rx_congested(struct sr_qp *qp)
+{
+	bool c;
+
+	pthread_mutex_lock(&qp->lock);
+	c = qp->rx_pending_bytes > SR_RX_BACKLOG;
+	pthread_mutex_unlock(&qp->lock);
+	return c;
+}
+
 /* Process parked requests in order until one must wait again. */
 static void rx_drain_pending_locked(struct sr_qp *qp)
 {
@@ -503,7 +524,9 @@ static void rx_drain_pending_locked(struct sr_qp *qp)
 		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
 
 		sr_list_del(&m->link);
+		qp->rx_pending_bytes -= sizeof(*m) + m->len;
 		if (rx_request(qp, m) == RX_PARK) {
+			qp->rx_pending_bytes += sizeof(*m) + m->len;
 			/* back at the head: sr_list has no add_head, so
 			 * splice by hand */
 			m->link.next = qp->rx_pending.next;
@@ -558,6 +581,7 @@ bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
 		 * With rnr_retry 7 (infinite) this is exactly what the
 		 * requester's retries would achieve. */
 		sr_list_add_tail(&qp->rx_pending, &m->link);
+		qp->rx_pending_bytes += sizeof(*m) + m->len;
 		kept = true;
 	}
 out:

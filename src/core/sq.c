@@ -115,12 +115,7 @@ void qp_to_error_locked(struct sr_qp *qp)
 			qp->rq.head++;
 		}
 	}
-	while (!sr_list_empty(&qp->rx_pending)) {
-		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
-
-		sr_list_del(&m->link);
-		msg_free(m);
-	}
+	qp_rx_pending_clear_locked(qp);
 }
 
 /* Copy a WQE's gather list into buf. Local reads need no access right
