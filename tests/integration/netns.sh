@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Cross-namespace test: two network namespaces joined by a veth pair
+# (198.18.0.1/24 and 198.18.0.2/24, RFC 2544 benchmarking space), one
+# softrnic process in each.
+#
+#  1. test_net_datapath --server / --client: every data-path subtest, the
+#     out-of-band exchange over a plain TCP socket across the veth.
+#  2. unmodified ibv_rc_pingpong -g 0 through `softrnic run`, server in ns1,
+#     client in ns2 connecting to 198.18.0.1.
+#
+# Usage: netns.sh BUILD_DIR. Needs root and `ip netns`; exits 77 (skip)
+# otherwise. Traffic only ever goes to the addresses created here.
+set -u
+
+BUILD=${1:-$(dirname "$0")/../../build}
+BUILD=$(cd "$BUILD" && pwd) || { echo "FAIL: no build dir"; exit 1; }
+DP=$BUILD/bin/integ_test_net_datapath
+SOFTRNIC=$BUILD/bin/softrnic
+NS1=srnic_a_$$
+NS2=srnic_b_$$
+VA=srva$$
+VB=srvb$$
+A1=198.18.0.1
+A2=198.18.0.2
+PORT_OOB=17400
+PORT_PP=18515
+TMP=$(mktemp -d)
+PIDS=()
+
+skip() { echo "SKIP: $*"; exit 77; }
+
+if [[ $(id -u) -ne 0 ]]; then
+	skip "needs root to create network namespaces"
+fi
+command -v ip >/dev/null 2>&1 || skip "no 'ip' command (iproute2)"
+[[ -x $DP ]] || { echo "FAIL: $DP not built"; exit 1; }
+[[ -x $SOFTRNIC ]] || { echo "FAIL: $SOFTRNIC not built"; exit 1; }
+
+cleanup() {
+	for p in "${PIDS[@]}"; do
+		kill -KILL "$p" 2>/dev/null
+	done
+	ip netns del "$NS1" 2>/dev/null
+	ip netns del "$NS2" 2>/dev/null
+	ip link del "$VA" 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+if ! ip netns add "$NS1" 2>"$TMP/err"; then
+	skip "ip netns unavailable: $(cat "$TMP/err")"
+fi
+ip netns add "$NS2" || skip "ip netns add failed"
+if ! ip link add "$VA" type veth peer name "$VB" 2>"$TMP/err"; then
+	skip "veth unavailable: $(cat "$TMP/err")"
+fi
+set -e
+ip link set "$VA" netns "$NS1"
+ip link set "$VB" netns "$NS2"
+ip -n "$NS1" addr add "$A1/24" dev "$VA"
+ip -n "$NS2" addr add "$A2/24" dev "$VB"
+ip -n "$NS1" link set lo up
+ip -n "$NS2" link set lo up
+ip -n "$NS1" link set "$VA" up
+ip -n "$NS2" link set "$VB" up
+set +e
+
+# wait until the link is up and the peer answers (a TCP connect would do,
+# but ping is simpler; it is optional)
+for _ in $(seq 1 50); do
+	if ip -n "$NS2" -br link show "$VB" | grep -q 'UP'; then
+		break
+	fi
+	sleep 0.1
+done
+
+fail=0
+
+# ---- 1. the data-path subtests, one side in each namespace --------------
+echo "=== test_net_datapath: server (side B) in $NS1, client (side A) in $NS2"
+ip netns exec "$NS1" timeout 150 "$DP" --server $PORT_OOB >"$TMP/dp_srv" 2>&1 &
+PIDS+=($!)
+srv=$!
+ip netns exec "$NS2" timeout 150 "$DP" --client $A1 $PORT_OOB >"$TMP/dp_cli" 2>&1
+cli_rc=$?
+wait $srv
+srv_rc=$?
+sed 's/^/  server: /' "$TMP/dp_srv"
+sed 's/^/  client: /' "$TMP/dp_cli"
+if [[ $cli_rc -eq 0 && $srv_rc -eq 0 ]]; then
+	echo "[PASS] test_net_datapath across namespaces"
+else
+	echo "[FAIL] test_net_datapath across namespaces (client $cli_rc, server $srv_rc)"
+	fail=1
+fi
+
+# ---- 2. unmodified ibv_rc_pingpong -------------------------------------
+if ! command -v ibv_rc_pingpong >/dev/null 2>&1; then
+	echo "SKIP: ibv_rc_pingpong not installed (part 2)"
+else
+	echo "=== ibv_rc_pingpong -g 0: server in $NS1, client in $NS2 -> $A1"
+	ip netns exec "$NS1" timeout 60 "$SOFTRNIC" run -- \
+		ibv_rc_pingpong -g 0 -p $PORT_PP >"$TMP/pp_srv" 2>&1 &
+	PIDS+=($!)
+	srv=$!
+	cli_rc=1
+	for _ in $(seq 1 50); do
+		# the server must be listening before the client connects
+		if ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$PORT_PP "; then
+			break
+		fi
+		sleep 0.1
+	done
+	ip netns exec "$NS2" timeout 60 "$SOFTRNIC" run -- \
+		ibv_rc_pingpong -g 0 -p $PORT_PP $A1 >"$TMP/pp_cli" 2>&1
+	cli_rc=$?
+	wait $srv
+	srv_rc=$?
+	sed 's/^/  server: /' "$TMP/pp_srv"
+	sed 's/^/  client: /' "$TMP/pp_cli"
+	ok=1
+	[[ $cli_rc -eq 0 && $srv_rc -eq 0 ]] || ok=0
+	grep -q 'iters in' "$TMP/pp_cli" || ok=0
+	grep -q 'iters in' "$TMP/pp_srv" || ok=0
+	# each side's GID is its own veth address, the remote one the peer's
+	grep -q "local address:.*GID ::ffff:$A2" "$TMP/pp_cli" || ok=0
+	grep -q "remote address:.*GID ::ffff:$A1" "$TMP/pp_cli" || ok=0
+	if [[ $ok -eq 1 ]]; then
+		echo "[PASS] ibv_rc_pingpong across namespaces"
+	else
+		echo "[FAIL] ibv_rc_pingpong across namespaces (client $cli_rc, server $srv_rc)"
+		fail=1
+	fi
+fi
+
+exit $fail

@@ -1,0 +1,410 @@
+/* The peer process goes away: killed (SIGKILL) with work outstanding,
+ * destroying its QP in an orderly way, or tearing everything down while
+ * the other side is still writing into it. A is the parent, B the child.
+ * See net_common.h. */
+#include "net_common.h"
+
+enum { T_READY = 0x100, T_DONE = 0x200, T_CHECKED = 0x300 };
+
+/* Deadline for noticing a lost peer: "a few seconds". */
+#define LOST_MS 10000
+
+static void stop_child(struct net_end *n)
+{
+	int st;
+
+	CHECK(kill(n->peer_pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+	CHECK(waitpid(n->peer_pid, &st, WUNTRACED) == n->peer_pid &&
+		      WIFSTOPPED(st), "child did not stop");
+}
+
+static void kill_child(struct net_end *n)
+{
+	int st;
+
+	CHECK(kill(n->peer_pid, SIGKILL) == 0, "SIGKILL: %s", strerror(errno));
+	while (waitpid(n->peer_pid, &st, 0) < 0 && errno == EINTR)
+		;
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+	      "child status %#x, want killed by SIGKILL", st);
+	net_child_pid = 0;
+	n->peer_pid = 0;
+}
+
+/* ---- SIGKILL with receives posted and a READ outstanding ----------------- */
+
+static void peer_killed_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < 4; i++)
+		post_recv1(n->qp, 0xa0 + i, n->b.p + i * 4096, 4096,
+			   n->b.mr->lkey);
+	/* one READ that works, so the stream is known to be up */
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_READ, 0x0f, n->b.p + MIB, 4096,
+			 n->b.mr->lkey, IBV_SEND_SIGNALED, n->peer.addr,
+			 n->peer.rkey, 0) == 0, "post READ");
+	expect_wc(n->scq, &wc, 0x0f, IBV_WC_SUCCESS, IBV_WC_RDMA_READ,
+		  "READ before the kill");
+	net_expect(n, T_READY, "B idle");
+	stop_child(n);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_READ, 0x10, n->b.p + MIB, MIB,
+			 n->b.mr->lkey, IBV_SEND_SIGNALED, n->peer.addr,
+			 n->peer.rkey, 0) == 0, "post READ");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x11, n->b.p, 100, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 0x12, n->b.p, 100,
+			 n->b.mr->lkey, IBV_SEND_SIGNALED, n->peer.addr,
+			 n->peer.rkey, 0) == 0, "post WRITE");
+	expect_no_wc(n->scq, 200, "completion while the peer is stopped");
+	CHECK(qp_state(n->qp) == IBV_QPS_RTS, "QP left RTS while peer stopped");
+	kill_child(n);
+	uint64_t t0 = now_ms();
+
+	CHECK(poll_one(n->scq, &wc, LOST_MS),
+	      "no completion within %d ms of the peer's death", LOST_MS);
+	unsigned ms = (unsigned)(now_ms() - t0);
+	CHECK(wc.wr_id == 0x10 && (wc.status == IBV_WC_RETRY_EXC_ERR ||
+				   wc.status == IBV_WC_WR_FLUSH_ERR),
+	      "head WR: wr_id %#llx status %s, want 0x10 RETRY_EXC_ERR or "
+	      "WR_FLUSH_ERR", (unsigned long long)wc.wr_id,
+	      ibv_wc_status_str(wc.status));
+	NOTE("peer SIGKILLed: outstanding READ completed with %s after %u ms",
+	     ibv_wc_status_str(wc.status), ms);
+	expect_wc(n->scq, &wc, 0x11, IBV_WC_WR_FLUSH_ERR, -1, "SEND behind");
+	expect_wc(n->scq, &wc, 0x12, IBV_WC_WR_FLUSH_ERR, -1, "WRITE behind");
+	wait_err(n->qp, DEADLINE_MS, "QP after its peer died");
+	for (int i = 0; i < 4; i++)
+		expect_wc(n->rcq, &wc, 0xa0 + i, IBV_WC_WR_FLUSH_ERR, -1,
+			  "posted receive");
+	expect_no_wc(n->scq, 50, "extra send completion");
+	expect_no_wc(n->rcq, 50, "extra receive completion");
+	/* posting in ERR: refused or flushed, never a hang */
+	int rc = post_send1(n->qp, IBV_WR_SEND, 0x13, n->b.p, 10,
+			    n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0);
+	if (rc == 0)
+		expect_wc(n->scq, &wc, 0x13, IBV_WC_WR_FLUSH_ERR, -1,
+			  "SEND posted in ERR");
+}
+
+static void peer_killed_b(struct net_end *n)
+{
+	fill_pattern(n->b.p, MIB, 3);
+	net_put(n, T_READY);
+	pause(); /* until killed; the alarm bounds it */
+	exit(1);
+}
+
+/* SIGKILL in the middle of an 8 MiB SEND stream, no SIGSTOP first */
+static void killed_streaming_opts(struct net_opts *o)
+{
+	o->buf_len = 8 * MIB;
+}
+
+static void killed_streaming_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+	int posted = 0, done = 0;
+
+	post_recv1(n->qp, 0xa0, n->b.p, 4096, n->b.mr->lkey);
+	net_expect(n, T_READY, "B's receives posted");
+	for (int i = 0; i < 16; i++) {
+		CHECK(post_send1(n->qp, IBV_WR_SEND, 0x100 + i, n->b.p,
+				 8 * MIB, n->b.mr->lkey, IBV_SEND_SIGNALED, 0,
+				 0, 0) == 0, "post SEND %d", i);
+		posted++;
+	}
+	/* let a first message complete, then kill B mid-stream */
+	expect_wc(n->scq, &wc, 0x100, IBV_WC_SUCCESS, IBV_WC_SEND,
+		  "first 8 MiB SEND");
+	done = 1;
+	uint64_t t0 = now_ms();
+	kill_child(n);
+	int errs = 0;
+	while (done < posted) {
+		CHECK(poll_one(n->scq, &wc, LOST_MS),
+		      "WR %#x never completed after the peer died",
+		      0x100 + done);
+		CHECK(wc.wr_id == (uint64_t)(0x100 + done),
+		      "completion for %#llx, want %#x (in order)",
+		      (unsigned long long)wc.wr_id, 0x100 + done);
+		if (wc.status != IBV_WC_SUCCESS) {
+			if (!errs)
+				CHECK(wc.status == IBV_WC_RETRY_EXC_ERR ||
+					      wc.status == IBV_WC_WR_FLUSH_ERR,
+				      "first failed WR: %s",
+				      ibv_wc_status_str(wc.status));
+			else
+				CHECK(wc.status == IBV_WC_WR_FLUSH_ERR,
+				      "WR %#x after the first error: %s",
+				      0x100 + done,
+				      ibv_wc_status_str(wc.status));
+			errs++;
+		} else {
+			CHECK(!errs, "success after an error completion");
+		}
+		done++;
+	}
+	CHECK(errs > 0, "all 16 SENDs succeeded though B was killed");
+	NOTE("%d of %d SENDs failed; all completed %llu ms after the kill",
+	     errs, posted, (unsigned long long)(now_ms() - t0));
+	wait_err(n->qp, DEADLINE_MS, "QP after its peer died");
+	expect_wc(n->rcq, &wc, 0xa0, IBV_WC_WR_FLUSH_ERR, -1, "posted receive");
+}
+
+static void killed_streaming_b(struct net_end *n)
+{
+	for (int i = 0; i < 16; i++)
+		post_recv1(n->qp, i, n->b.p, 8 * MIB, n->b.mr->lkey);
+	net_put(n, T_READY);
+	pause();
+	exit(1);
+}
+
+/* ---- orderly destroy of the peer's QP ------------------------------------ */
+
+static void quiet_for(struct net_end *n, int ms, const char *when)
+{
+	char what[128];
+
+	snprintf(what, sizeof(what),
+		 "%s: posted receives must not be flushed (IB)", when);
+	expect_no_wc(n->rcq, ms, what);
+	CHECK(qp_state(n->qp) == IBV_QPS_RTS, "%s: QP state %d, want RTS",
+	      when, qp_state(n->qp));
+}
+
+static void expect_retry_exc(struct net_end *n, const char *when)
+{
+	struct ibv_wc wc;
+	uint64_t t0 = now_ms();
+
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x20, n->b.p, 100, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "%s: post SEND to a destroyed QP", when);
+	CHECK(poll_one(n->scq, &wc, LOST_MS),
+	      "%s: SEND to a destroyed QP: no completion within %d ms", when,
+	      LOST_MS);
+	CHECK(wc.wr_id == 0x20 && wc.status == IBV_WC_RETRY_EXC_ERR,
+	      "%s: SEND to a destroyed QP: wr_id %#llx status %s, want "
+	      "RETRY_EXC_ERR", when, (unsigned long long)wc.wr_id,
+	      ibv_wc_status_str(wc.status));
+	NOTE("%s: SEND to a destroyed QP failed with RETRY_EXC_ERR after %llu ms",
+	     when, (unsigned long long)(now_ms() - t0));
+	wait_err(n->qp, DEADLINE_MS, "after RETRY_EXC_ERR");
+	/* now in ERR: the receives are flushed */
+	for (int i = 0; i < 4; i++)
+		expect_wc(n->rcq, &wc, 0xa0 + i, IBV_WC_WR_FLUSH_ERR, -1,
+			  "receive once the QP is in ERR");
+}
+
+static void orderly_exit_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < 4; i++)
+		post_recv1(n->qp, 0xa0 + i, n->b.p + i * 4096, 4096,
+			   n->b.mr->lkey);
+	/* traffic first, so the stream is up */
+	fill_pattern(n->b.p + MIB, 1000, 8);
+	net_expect(n, T_READY, "B's receive posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x1f, n->b.p + MIB, 1000,
+			 n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	expect_wc(n->scq, &wc, 0x1f, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+	net_expect(n, T_DONE, "B destroyed its QP");
+	quiet_for(n, 500, "peer QP destroyed, peer alive");
+	net_put(n, T_CHECKED);
+	int st = net_wait_child(n->peer_pid, 10000);
+	net_check_child_status(st, "B's orderly exit");
+	n->peer_pid = 0;
+	quiet_for(n, 500, "peer process exited");
+	expect_retry_exc(n, "peer exited");
+}
+
+static void orderly_exit_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 1, n->b.p, 4096, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
+	check_pattern(n->b.p, 1000, 8, "payload");
+	CHECK(ibv_destroy_qp(n->qp) == 0, "ibv_destroy_qp");
+	n->qp = NULL;
+	net_put(n, T_DONE);
+	net_expect(n, T_CHECKED, "A checked");
+	net_teardown(n);
+	exit(0);
+}
+
+/* B destroys its QP but keeps its context (and the context's listener)
+ * open while A posts. */
+static void orderly_alive_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < 4; i++)
+		post_recv1(n->qp, 0xa0 + i, n->b.p + i * 4096, 4096,
+			   n->b.mr->lkey);
+	net_expect(n, T_READY, "B's receive posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x1f, n->b.p + MIB, 1000,
+			 n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	expect_wc(n->scq, &wc, 0x1f, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+	net_expect(n, T_DONE, "B destroyed its QP");
+	quiet_for(n, 500, "peer QP destroyed, peer alive");
+	expect_retry_exc(n, "peer QP destroyed, context open");
+	net_put(n, T_CHECKED);
+}
+
+static void orderly_alive_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 1, n->b.p, 4096, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
+	CHECK(ibv_destroy_qp(n->qp) == 0, "ibv_destroy_qp");
+	n->qp = NULL;
+	net_put(n, T_DONE);
+	net_expect(n, T_CHECKED, "A checked");
+}
+
+/* ---- destroy everything while the peer is writing into it --------------- */
+
+static void traffic_opts(struct net_opts *o)
+{
+	o->buf_len = 4 * MIB;
+	o->max_send_wr = 64;
+}
+
+static void destroy_under_traffic_a(struct net_end *n)
+{
+	int rc;
+	uint8_t *p = n->b.p;
+	size_t len = n->b.len;
+
+	net_expect(n, T_READY, "B's WRITEs are landing");
+	usleep(100 * 1000);
+	rc = ibv_destroy_qp(n->qp);
+	CHECK(rc == 0, "ibv_destroy_qp under traffic: %s", strerror(rc));
+	n->qp = NULL;
+	CHECK(ibv_destroy_cq(n->scq) == 0, "destroy send CQ");
+	CHECK(ibv_destroy_cq(n->rcq) == 0, "destroy recv CQ");
+	n->scq = n->rcq = NULL;
+	rc = ibv_dereg_mr(n->b.mr);
+	CHECK(rc == 0, "ibv_dereg_mr under traffic: %s", strerror(rc));
+	n->b.mr = NULL;
+	/* DESIGN.md 6: once dereg returns, nothing lands in the range */
+	uint8_t *snap = malloc(len);
+	CHECK(snap, "malloc");
+	memcpy(snap, p, len);
+	CHECK(ibv_dealloc_pd(n->t.pd) == 0, "ibv_dealloc_pd");
+	n->t.pd = NULL;
+	CHECK(ibv_close_device(n->t.ctx) == 0, "ibv_close_device");
+	n->t.ctx = NULL;
+	usleep(300 * 1000);
+	check_bytes(p, snap, len, "memory of a deregistered MR");
+	free(snap);
+	munmap(p, len);
+	n->b.p = NULL;
+	net_put(n, T_DONE);
+	net_expect(n, T_CHECKED, "B saw its WRITEs fail");
+}
+
+static void destroy_under_traffic_b(struct net_end *n)
+{
+	struct ibv_wc wc[16];
+	uint64_t posted = 0, completed = 0, t0 = now_ms();
+	const uint64_t sig_every = 8;
+	int told = 0, failed = 0;
+	enum ibv_wc_status first_err = IBV_WC_SUCCESS;
+	uint32_t chunk = 64 * KIB;
+
+	fill_pattern(n->b.p, n->b.len, 4);
+	while (!failed) {
+		CHECK(now_ms() - t0 < 15000,
+		      "WRITEs to a destroyed peer never failed (%llu posted)",
+		      (unsigned long long)posted);
+		/* keep the send queue full */
+		int rc = post_send1(n->qp, IBV_WR_RDMA_WRITE, posted,
+				    n->b.p + (posted % 64) * chunk, chunk,
+				    n->b.mr->lkey,
+				    posted % sig_every == sig_every - 1 ?
+					    IBV_SEND_SIGNALED : 0,
+				    n->peer.addr + (posted % 64) * chunk,
+				    n->peer.rkey, 0);
+		if (rc == 0)
+			posted++;
+		else
+			CHECK(rc == ENOMEM, "post WRITE: %s", strerror(rc));
+		int k = ibv_poll_cq(n->scq, 16, wc);
+		CHECK(k >= 0, "poll");
+		for (int j = 0; j < k; j++) {
+			if (wc[j].status != IBV_WC_SUCCESS && !failed) {
+				failed = 1;
+				first_err = wc[j].status;
+			}
+			completed++;
+		}
+		if (!told && completed >= 16) {
+			net_put(n, T_READY);
+			told = 1;
+		}
+		if (rc)
+			usleep(100);
+	}
+	CHECK(told, "no WRITE succeeded before the first error (%s)",
+	      ibv_wc_status_str(first_err));
+	/* drain: everything else completes (flushed), no hang */
+	while (poll_one(n->scq, wc, 300))
+		;
+	wait_err(n->qp, DEADLINE_MS, "writer after its peer went away");
+	NOTE("writer: %llu WRITEs posted; first error %s after %llu ms",
+	     (unsigned long long)posted, ibv_wc_status_str(first_err),
+	     (unsigned long long)(now_ms() - t0));
+	net_expect(n, T_DONE, "A tore down");
+	net_put(n, T_CHECKED);
+}
+
+/* ---- table --------------------------------------------------------------- */
+
+struct pcase {
+	const char *name;
+	void (*opts)(struct net_opts *o);
+	net_side_fn a, b;
+};
+
+#define CASE(name, opts) { #name, opts, name##_a, name##_b }
+
+static const struct pcase cases[] = {
+	CASE(peer_killed, NULL),
+	CASE(killed_streaming, killed_streaming_opts),
+	CASE(orderly_exit, NULL),
+	CASE(orderly_alive, NULL),
+	CASE(destroy_under_traffic, traffic_opts),
+};
+
+static void run_case(size_t i)
+{
+	struct net_opts o = net_opts_default();
+
+	if (cases[i].opts)
+		cases[i].opts(&o);
+	net_fork_run(&o, cases[i].a, cases[i].b);
+}
+
+#define SUB(i) static void sub##i(void) { run_case(i); }
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4)
+
+int main(int argc, char **argv)
+{
+	struct subtest tests[] = {
+		{ cases[0].name, sub0 }, { cases[1].name, sub1 },
+		{ cases[2].name, sub2 }, { cases[3].name, sub3 },
+		{ cases[4].name, sub4 },
+	};
+	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
+	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
+}
