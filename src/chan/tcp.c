@@ -168,6 +168,9 @@ static void tcp_free(struct sr_chan *ch)
 			msg_free(tc->slot[i % TX_SLOTS].done);
 	msg_free(tc->as_untagged);
 	msg_free(tc->dr.msg);
+	msg_free(tc->sd.msg);
+	for (int i = 0; i < tc->sd.n; i++)
+		mr_release(&tc->sd.refs[i]);
 	for (int i = 0; i < tc->dr.nrefs; i++)
 		mr_release(&tc->dr.refs[i]);
 	free(tc->rd_out);

@@ -57,12 +57,25 @@ struct rsp_ctx {
 struct rx_direct {
 	bool active, failed;
 	struct sr_msg *msg;		/* delivered when the segment is in */
+	bool send_seg;			/* a segment of tc->sd (no own refs) */
+	bool send_last;
 	struct iovec iov[SR_MAX_SGE];	/* where the rest goes */
 	int niov;
 	struct sr_mref refs[SR_MAX_SGE];
 	int nrefs;
 	size_t remaining;		/* payload bytes still in the socket */
 	size_t trailer;			/* pad + CRC bytes after them */
+};
+
+/* A SEND whose receive WQE was taken at its first segment: each segment
+ * is placed at its MO in that WQE's buffers (tcp_rx.c). */
+struct rx_send {
+	bool active, failed, too_long;
+	struct sr_msg *msg;		/* delivered at the last segment */
+	struct iovec iov[SR_MAX_SGE];	/* the receive buffers, whole */
+	struct sr_mref refs[SR_MAX_SGE];
+	int n;
+	uint64_t cap, got;
 };
 
 struct tcp_chan {
@@ -118,6 +131,7 @@ struct tcp_chan {
 	uint32_t as_stag;
 	uint64_t as_to;			/* where its next segment must go */
 	struct rx_direct dr;		/* segment being placed directly */
+	struct rx_send sd;		/* SEND being placed directly */
 };
 
 static inline struct tcp_chan *to_tc(struct sr_chan *ch)

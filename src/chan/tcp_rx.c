@@ -293,6 +293,8 @@ static bool direct_ok(struct tcp_chan *tc)
 	return tc->ext && !tc->crc;
 }
 
+static void send_done(struct tcp_chan *tc, struct rx_out *out);
+
 static void direct_finish(struct tcp_chan *tc, struct rx_out *out)
 {
 	struct rx_direct *d = &tc->dr;
@@ -300,10 +302,161 @@ static void direct_finish(struct tcp_chan *tc, struct rx_out *out)
 	for (int i = 0; i < d->nrefs; i++)
 		mr_release(&d->refs[i]);
 	d->nrefs = 0;
+	d->active = false;
+	if (d->send_seg) {
+		tc->sd.failed |= d->failed;
+		if (d->send_last)
+			send_done(tc, out);
+		return;
+	}
 	d->msg->flags |= d->failed ? SR_MSGF_PLACE_ERR : SR_MSGF_PLACED;
 	out->m[out->n++] = d->msg;
 	d->msg = NULL;
-	d->active = false;
+}
+
+/* Set up the per-FPDU receive of paylen payload bytes into d->iov (n
+ * entries, already filled), copy what rbuf holds, and finish if it is all
+ * there. Returns the bytes of rbuf consumed. */
+static size_t direct_start(struct tcp_chan *tc, int n, size_t start, size_t paylen,
+			   size_t ulen, struct rx_out *out)
+{
+	struct rx_direct *d = &tc->dr;
+	size_t have;
+
+	d->niov = n;
+	d->remaining = paylen;
+	d->trailer = mpa_pad(ulen) + MPA_CRC_SIZE;
+	d->active = true;
+	have = sr_min(tc->rlen - start, paylen);
+	for (size_t off = 0, i = 0; off < have && !d->failed && i < (size_t)d->niov; i++) {
+		size_t take = sr_min(d->iov[i].iov_len, have - off);
+
+		if (mem_write((uintptr_t)d->iov[i].iov_base, tc->rbuf + start + off, take))
+			d->failed = true;
+		d->iov[i].iov_base = (uint8_t *)d->iov[i].iov_base + take;
+		d->iov[i].iov_len -= take;
+		off += take;
+	}
+	d->remaining -= have;
+	{
+		size_t tr = sr_min(tc->rlen - start - have, d->trailer);
+
+		d->trailer -= tr;
+		have += tr;
+	}
+	if (!d->remaining && !d->trailer)
+		direct_finish(tc, out);
+	return start + have;
+}
+
+/* The last segment of a directly placed SEND is in: hand it to the core. */
+static void send_done(struct tcp_chan *tc, struct rx_out *out)
+{
+	struct rx_send *sd = &tc->sd;
+	struct sr_msg *m = sd->msg;
+
+	for (int i = 0; i < sd->n; i++)
+		mr_release(&sd->refs[i]);
+	sd->n = 0;
+	m->flags |= SR_MSGF_PLACED;
+	if (sd->failed)
+		m->flags |= SR_MSGF_PLACE_ERR;
+	if (sd->too_long)
+		m->flags |= SR_MSGF_TOO_LONG;
+	m->placed = (uint32_t)sd->got;
+	m->msn = tc->rx_req_msn++;
+	out->m[out->n++] = m;
+	sd->msg = NULL;
+	sd->active = false;
+}
+
+/* A SEND segment (untagged, queue 0) straight into the receive WQE's
+ * buffers. At MO 0 the WQE is taken; -EAGAIN sends the whole message down
+ * the staged path (no WQE yet: it parks in the core, RNR). */
+static ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *h,
+			  size_t hl, size_t ulen, struct rx_out *out)
+{
+	struct rx_send *sd = &tc->sd;
+	struct rx_direct *d = &tc->dr;
+	size_t paylen = ulen - hl;
+	uint64_t off = h->mo, pos = 0, left;
+	int n = 0;
+
+	if (h->msn != tc->rx_msn[DDP_QN_SEND])
+		return -EBADMSG;
+	if (h->mo == 0) {
+		uint8_t rb[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
+		struct sr_rwqe *r = (struct sr_rwqe *)rb;
+		struct sr_msg *m;
+		int k;
+
+		if (sd->active || tc->as_untagged)
+			return -EBADMSG;
+		k = qp_place_send(qp, r, sd->iov, sd->refs, SR_MAX_SGE);
+		if (k == -EAGAIN)
+			return -EAGAIN;
+		m = msg_alloc(0);
+		if (m)
+			m->rwqe = malloc(sizeof(rb));
+		if (!m || !m->rwqe) {
+			msg_free(m);
+			while (k-- > 0)
+				mr_release(&sd->refs[k]);
+			return -ENOMEM;
+		}
+		memcpy(m->rwqe, r, sizeof(rb));
+		m->op = SR_MSG_SEND;
+		if (h->opcode == RDMAP_SEND_SE || h->opcode == RDMAP_SEND_SE_INV ||
+		    h->opcode == SR_EXT_SEND_SE_IMM)
+			m->flags |= SR_MSGF_SE;
+		if (h->opcode == RDMAP_SEND_INV || h->opcode == RDMAP_SEND_SE_INV) {
+			m->flags |= SR_MSGF_INV;
+			m->inv_stag = h->inv_stag;
+		}
+		if (h->opcode == SR_EXT_SEND_IMM || h->opcode == SR_EXT_SEND_SE_IMM) {
+			m->flags |= SR_MSGF_IMM;
+			m->imm = htobe32(h->inv_stag);
+		}
+		/* sd->iov and refs were filled by qp_place_send */
+		sd->active = true;
+		sd->msg = m;
+		sd->failed = k < 0;
+		sd->too_long = false;
+		sd->n = k < 0 ? 0 : k;
+		sd->cap = sd->got = 0;
+		for (int i = 0; i < sd->n; i++)
+			sd->cap += sd->iov[i].iov_len;
+	} else if (!sd->active || h->mo != sd->got) {
+		return tc->as_untagged ? -EAGAIN : -EBADMSG;
+	}
+	if (h->last)
+		tc->rx_msn[DDP_QN_SEND]++;
+	/* the part of the receive buffers this segment covers */
+	d->failed = sd->failed || sd->too_long;
+	if (off + paylen > sd->cap) {
+		sd->too_long = true;
+		d->failed = true;
+	}
+	left = paylen;
+	for (int i = 0; i < sd->n && left && !d->failed; i++) {
+		uint64_t l = sd->iov[i].iov_len, skip, take;
+
+		if (pos + l <= off) {
+			pos += l;
+			continue;
+		}
+		skip = off > pos ? off - pos : 0;
+		take = sr_min(l - skip, left);
+		d->iov[n++] = (struct iovec){ (uint8_t *)sd->iov[i].iov_base + skip, take };
+		off += take;
+		left -= take;
+		pos += l;
+	}
+	sd->got += paylen;
+	d->nrefs = 0;
+	d->send_seg = true;
+	d->send_last = h->last;
+	return (ssize_t)direct_start(tc, n, MPA_ULPDU_LEN_SIZE + hl, paylen, ulen, out);
 }
 
 /* Copy what rbuf already holds of the payload, then leave the rest for
@@ -313,7 +466,7 @@ static ssize_t direct_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct 
 			    size_t hl, size_t ulen, struct rx_out *out)
 {
 	struct rx_direct *d = &tc->dr;
-	size_t paylen = ulen - hl, have;
+	size_t paylen = ulen - hl;
 	size_t start = MPA_ULPDU_LEN_SIZE + hl;
 	int n;
 
@@ -353,31 +506,8 @@ static ssize_t direct_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct 
 		n = 0;
 	}
 	d->nrefs = n;
-	d->niov = n;
-	d->remaining = paylen;
-	d->trailer = mpa_pad(ulen) + MPA_CRC_SIZE;
-	d->active = true;
-	/* what rbuf already has */
-	have = sr_min(tc->rlen - start, paylen);
-	for (size_t off = 0, i = 0; off < have && !d->failed && i < (size_t)d->niov; i++) {
-		size_t take = sr_min(d->iov[i].iov_len, have - off);
-
-		if (mem_write((uintptr_t)d->iov[i].iov_base, tc->rbuf + start + off, take))
-			d->failed = true;
-		d->iov[i].iov_base = (uint8_t *)d->iov[i].iov_base + take;
-		d->iov[i].iov_len -= take;
-		off += take;
-	}
-	d->remaining -= have;
-	{
-		size_t tr = sr_min(tc->rlen - start - have, d->trailer);
-
-		d->trailer -= tr;
-		have += tr;
-	}
-	if (!d->remaining && !d->trailer)
-		direct_finish(tc, out);
-	return (ssize_t)(start + have);
+	d->send_seg = false;
+	return (ssize_t)direct_start(tc, n, start, paylen, ulen, out);
 }
 
 /* Receive the rest of a directly placed segment. 1: progress, 0: the
@@ -431,6 +561,17 @@ static int direct_step(struct tcp_chan *tc, struct rx_out *out)
 	return 1;
 }
 
+/* direct_begin/send_begin work on an FPDU at the start of rbuf: drop
+ * what was consumed before it (only then: small FPDUs never move). */
+static void rbuf_front(struct tcp_chan *tc, size_t *off)
+{
+	if (!*off)
+		return;
+	memmove(tc->rbuf, tc->rbuf + *off, tc->rlen - *off);
+	tc->rlen -= *off;
+	*off = 0;
+}
+
 /* Parse FPDUs out of rbuf (only the progress thread touches rx state). */
 static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 {
@@ -445,6 +586,7 @@ static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 
 		if (avail < MPA_ULPDU_LEN_SIZE + DDP_TAGGED_HDR_LEN)
 			break;
+
 		ulen = (size_t)p[0] << 8 | p[1];
 		/* A tagged segment not wholly here yet goes straight to its
 		 * target; deliver what came before it first, in order. */
@@ -458,6 +600,7 @@ static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 				ret = -EBADMSG;
 				break;
 			}
+			rbuf_front(tc, &off);
 			n = direct_begin(tc, qp, &h, DDP_TAGGED_HDR_LEN, ulen, out);
 			if (n == -EAGAIN)
 				goto staged;
@@ -467,6 +610,36 @@ static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 			}
 			off += (size_t)n;
 			continue;
+		}
+		/* SEND segments go straight into the receive WQE (only once
+		 * the whole header is here: it names the queue and MO). */
+		if (!(p[2] & 0x80) && direct_ok(tc) && ulen >= DDP_UNTAGGED_HDR_LEN &&
+		    avail >= MPA_ULPDU_LEN_SIZE + DDP_UNTAGGED_HDR_LEN && !tc->as_untagged) {
+			uint8_t op = p[3] & 0xf;
+			struct ddp_hdr h;
+			ssize_t hl;
+
+			if (op == RDMAP_SEND || op == RDMAP_SEND_SE || op == RDMAP_SEND_INV ||
+			    op == RDMAP_SEND_SE_INV || op == SR_EXT_SEND_IMM || op == SR_EXT_SEND_SE_IMM) {
+				if (out->n && !tc->sd.active)
+					break;	/* deliver what came first */
+				hl = sr_ext_opcode(op) ? sr_ext_hdr_decode(p + 2, ulen, &h)
+						       : ddp_hdr_decode(p + 2, ulen, &h);
+				if (hl != DDP_UNTAGGED_HDR_LEN) {
+					ret = -EBADMSG;
+					break;
+				}
+				rbuf_front(tc, &off);
+				n = send_begin(tc, qp, &h, (size_t)hl, ulen, out);
+				if (n == -EAGAIN)
+					goto staged;
+				if (n < 0) {
+					ret = (int)n;
+					break;
+				}
+				off += (size_t)n;
+				continue;
+			}
 		}
 staged:
 		n = mpa_fpdu_decode(p, avail, tc->crc, &f);

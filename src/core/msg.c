@@ -30,5 +30,7 @@ struct sr_msg *msg_alloc(uint32_t payload_len)
 
 void msg_free(struct sr_msg *m)
 {
+	if (m)
+		free(m->rwqe);
 	free(m);
 }

@@ -43,6 +43,8 @@ enum sr_msg_flags {
 	 * qp_place_write / qp_place_read, or failed to (PLACE_ERR). */
 	SR_MSGF_PLACED = 1 << 4,
 	SR_MSGF_PLACE_ERR = 1 << 5,
+	/* SEND placed into rwqe (qp_place_send) overflowed it */
+	SR_MSGF_TOO_LONG = 1 << 6,
 };
 
 /* Verdicts a responder returns (ACK, TERMINATE). */
@@ -75,10 +77,13 @@ struct sr_msg {
 	uint64_t add_swap, compare;	/* ATOMIC_REQ */
 	uint64_t orig;			/* ATOMIC_RESP */
 	uint32_t placed;		/* SR_MSGF_PLACED: bytes placed */
+	struct sr_rwqe *rwqe;		/* SEND placed directly: its receive
+					 * WQE (owned; freed with the msg) */
 	uint32_t len;			/* payload bytes */
 	uint8_t payload[];
 };
 
+struct sr_rwqe;
 struct sr_msg *msg_alloc(uint32_t payload_len);
 void msg_free(struct sr_msg *m);
 

@@ -160,6 +160,12 @@ bool qp_rx_congested(struct sr_qp *qp);
  * to max iovecs and references (release them with mr_release). */
 int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
 		   struct sr_mref *ref);
+/* A SEND about to arrive: takes the next receive WQE into r (room for
+ * SR_MAX_SGE) and resolves its buffers. -EAGAIN: none now, deliver the
+ * SEND as a message (it parks); -EFAULT: r was taken but a buffer is not
+ * writable (complete it with SR_MSGF_PLACE_ERR). */
+int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
+		  struct sr_mref *refs, int max);
 int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
 		  struct iovec *iov, struct sr_mref *refs, int max);
 #endif

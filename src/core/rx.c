@@ -123,9 +123,17 @@ static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
 	enum ibv_wc_status st;
 
 	(void)rwqe_max_sge;
-	if (!take_rwqe(qp, r))
-		return RX_PARK;
-	st = scatter(qp, r, m);
+	if (m->rwqe) {
+		/* placed by the channel (qp_place_send) */
+		r = m->rwqe;
+		m->len = m->placed;
+		st = (m->flags & SR_MSGF_TOO_LONG) ? IBV_WC_LOC_LEN_ERR :
+		     (m->flags & SR_MSGF_PLACE_ERR) ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS;
+	} else {
+		if (!take_rwqe(qp, r))
+			return RX_PARK;
+		st = scatter(qp, r, m);
+	}
 	if (st == IBV_WC_SUCCESS && (m->flags & SR_MSGF_INV) &&
 	    mw_invalidate(qp->ctx, qp->pd, m->inv_stag))
 		st = IBV_WC_REM_INV_REQ_ERR;
@@ -179,6 +187,37 @@ static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 	qp->rx_write_acc = 0;
 	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
 	return RX_DONE;
+}
+
+int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
+		  struct sr_mref *refs, int max)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE ||
+	    !sr_list_empty(&qp->rx_pending) || !take_rwqe(qp, r)) {
+		pthread_mutex_unlock(&qp->lock);
+		return -EAGAIN;
+	}
+	for (uint32_t i = 0; i < r->num_sge && i < (uint32_t)max; i++) {
+		struct ibv_sge *s = &r->sge[i];
+
+		if (!s->length)
+			continue;
+		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length,
+			       IBV_ACCESS_LOCAL_WRITE, false, &refs[n])) {
+			while (n--)
+				mr_release(&refs[n]);
+			pthread_mutex_unlock(&qp->lock);
+			return -EFAULT;
+		}
+		iov[n].iov_base = (void *)refs[n].addr;
+		iov[n].iov_len = s->length;
+		n++;
+	}
+	pthread_mutex_unlock(&qp->lock);
+	return n;
 }
 
 int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
