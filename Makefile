@@ -6,6 +6,7 @@
 #                 then a clang build (build-clang/, compile only), then a
 #                 short libFuzzer run over the wire decoders (build-fuzz/)
 #   make demo     build, then show the device and run the verbs demo
+#   make bench    softrnic beside raw TCP, as ratios (bench/README.md)
 #   make clean    remove all build trees
 #
 # The steps run in order and stop at the first failure. Parallelism lives
@@ -26,7 +27,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:strict_st
 MAKEFLAGS += --no-print-directory
 
 .NOTPARALLEL:
-.PHONY: all build deps test test-gcc test-asan test-clang test-fuzz demo clean
+.PHONY: all build deps test test-gcc test-asan test-clang test-fuzz demo bench clean
 
 all: build
 
@@ -77,6 +78,10 @@ demo: build
 	else \
 		echo "(no demo/demo.c yet: softrnic-demo skipped)"; \
 	fi
+
+# Side-by-side benchmarks (bench/README.md): never part of make test.
+bench: build
+	bench/run.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD) build-fuzz

@@ -16,6 +16,8 @@ PACKAGES=(
 	ibverbs-utils rdmacm-utils perftest python3-pyverbs libfabric-bin qperf
 	# tests
 	valgrind iproute2
+	# benchmarks (make bench): the raw-TCP limits softrnic is measured against
+	iperf3 sockperf
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

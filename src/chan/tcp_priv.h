@@ -93,6 +93,13 @@ struct tcp_chan {
 	bool dialer, crc, ext;
 	bool peer_bye;			/* the peer said goodbye before closing */
 	bool rx_paused;			/* back-pressure: the QP's backlog is full */
+	/* requests sent but not yet answered (ACK, READ/atomic response):
+	 * while some are, a post does not write at once; the answer's arrival
+	 * flushes everything posted meanwhile in one write */
+	uint32_t tx_req_msn, rx_ans_msn;
+	bool tx_any;
+	bool tx_urgent;			/* an answer is queued: never hold it */
+	bool rc;			/* the QP is RC: requests get answers */
 	uint32_t events;		/* epoll events registered */
 	struct sr_qp *qp;
 	uint32_t local_qpn, peer_qpn;
@@ -155,6 +162,8 @@ void tcp_fail(struct tcp_chan *tc, const char *why);
 /* tcp_tx.c: caller holds tc->lock for the _locked ones */
 int tcp_send(struct sr_chan *ch, struct sr_msg *m);
 void tcp_kick(struct sr_chan *ch);
+/* Flush now, whatever is in flight (the receive path, after answers). */
+void tcp_kick_now(struct tcp_chan *tc);
 void tcp_flush_locked(struct tcp_chan *tc);
 void ack_flush_locked(struct tcp_chan *tc);
 int status_of_term(const struct rdmap_term *t);

@@ -93,6 +93,15 @@ static struct sr_msg *tagged_msg(struct tcp_chan *tc, const struct ddp_hdr *h, u
 	return m;
 }
 
+/* An answer to request msn came in (answers come in request order). */
+static void note_answer(struct tcp_chan *tc, uint32_t msn)
+{
+	pthread_mutex_lock(&tc->lock);
+	if ((int32_t)(msn + 1 - tc->rx_ans_msn) > 0)
+		tc->rx_ans_msn = msn + 1;
+	pthread_mutex_unlock(&tc->lock);
+}
+
 /* One whole FPDU's ULPDU. Returns 0, or -EBADMSG for a protocol error
  * (the caller sends TERMINATE and drops the stream). */
 static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct rx_out *out)
@@ -280,6 +289,9 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 	}
 	if (m)
 		out->m[out->n++] = m;
+	if (m && (m->op == SR_MSG_ACK || m->op == SR_MSG_ATOMIC_RESP ||
+		  (m->op == SR_MSG_READ_RESP && !(m->flags & SR_MSGF_MORE))))
+		note_answer(tc, m->msn);
 	return 0;
 }
 
@@ -310,6 +322,8 @@ static void direct_finish(struct tcp_chan *tc, struct rx_out *out)
 		return;
 	}
 	d->msg->flags |= d->failed ? SR_MSGF_PLACE_ERR : SR_MSGF_PLACED;
+	if (d->msg->op == SR_MSG_READ_RESP && !(d->msg->flags & SR_MSGF_MORE))
+		note_answer(tc, d->msg->msn);
 	out->m[out->n++] = d->msg;
 	d->msg = NULL;
 }
@@ -720,11 +734,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc)
 				t->op = SR_MSG_TERMINATE;
 				t->status = SR_ST_REM_OP;
 				tcp_send(&tc->ch, t);
-				tcp_kick(&tc->ch);
+				tcp_kick_now(tc);
 			}
 			return "protocol error";
 		}
-		tcp_kick(&tc->ch);
+		tcp_kick_now(tc);
 		if (eof)
 			return "peer closed the stream";
 		if (!progress)

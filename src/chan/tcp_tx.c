@@ -216,6 +216,12 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 	}
 	tc->cur_off += chunk;
 	s->done = NULL;
+	if (tc->cur_off >= m->len &&
+	    (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM ||
+	     m->op == SR_MSG_READ_REQ || m->op == SR_MSG_ATOMIC_REQ)) {
+		tc->tx_req_msn = m->msn + 1;
+		tc->tx_any = true;
+	}
 	if (tc->cur_off >= m->len && (m->op != SR_MSG_SEND || h.last) &&
 	    (m->op != SR_MSG_WRITE || h.last) && (m->op != SR_MSG_READ_RESP || h.last)) {
 		s->done = m;
@@ -268,6 +274,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 			tc->slot_tail++;
 		}
 		if (tc->slot_head == tc->slot_tail) {
+			tc->tx_urgent = false;
 			want(tc, tc->rx_paused ? 0 : EPOLLIN);
 			return;
 		}
@@ -327,6 +334,9 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	}
 	/* Positive ACKs are cumulative: keep only the latest, send it when
 	 * the queue drains (one per batch of inbound requests). */
+	if (m->op != SR_MSG_SEND && m->op != SR_MSG_WRITE && m->op != SR_MSG_IMM &&
+	    m->op != SR_MSG_READ_REQ && m->op != SR_MSG_ATOMIC_REQ)
+		tc->tx_urgent = true;	/* answers are never held back */
 	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK && tc->ext) {
 		tc->ack_pending = true;
 		tc->ack_msn = m->msn;
@@ -345,6 +355,27 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	return 0;
 }
 
+void tcp_kick_now(struct tcp_chan *tc)
+{
+	pthread_mutex_lock(&tc->lock);
+	if (tc->state == TS_UP && !tc->closed)
+		tcp_flush_locked(tc);
+	pthread_mutex_unlock(&tc->lock);
+	tcp_kick(&tc->ch);
+}
+
+/* Coalescing, like Nagle's algorithm one level up: with requests in
+ * flight to a softrnic peer (which always answers, and promptly), a post
+ * leaves its message queued; the next answer flushes the whole batch. A
+ * lone request, or one towards a peer without answers, goes at once. */
+static bool tx_hold(struct tcp_chan *tc)
+{
+	/* UC requests get no answers: nothing would release them */
+	return tc->ext && tc->ch.acks && tc->tx_any && !tc->tx_urgent && tc->rc &&
+	       (int32_t)(tc->tx_req_msn - tc->rx_ans_msn) > 0 &&
+	       !progress_in_thread(tc->tctx->pg);
+}
+
 void tcp_kick(struct sr_chan *ch)
 {
 	struct tcp_chan *tc = to_tc(ch);
@@ -354,7 +385,8 @@ void tcp_kick(struct sr_chan *ch)
 
 	pthread_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP && !tc->closed) {
-		tcp_flush_locked(tc);
+		if (!tx_hold(tc))
+			tcp_flush_locked(tc);
 		resume = tc->rx_paused;
 		if (resume) {
 			qp = tc->qp;
