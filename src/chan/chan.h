@@ -38,6 +38,8 @@ struct sr_chan {
 	const struct sr_chan_ops *ops;
 	struct sr_qp *qp;		/* the local end */
 	bool acks;			/* peer answers SEND/WRITE with ACK */
+	bool no_send_imm;		/* cannot carry SEND with immediate (RFC
+					 * iWARP has none): such WQEs fail */
 	atomic_int refs;
 };
 

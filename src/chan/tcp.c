@@ -293,6 +293,16 @@ static const struct sr_chan_ops tcp_ops = {
 
 /* ---- connection setup ------------------------------------------------------ */
 
+/* SOFTRNIC_EXT=0: speak plain RFC iWARP even to a softrnic peer (no ACK,
+ * RNR or SEND-with-immediate messages): SEND and WRITE complete once sent,
+ * errors arrive as TERMINATE, as towards any iWARP RNIC. */
+static bool want_ext(void)
+{
+	const char *v = getenv("SOFTRNIC_EXT");
+
+	return !v || !*v || *v != '0';
+}
+
 static bool want_crc(void)
 {
 	const char *v = getenv("SOFTRNIC_MPA_CRC");
@@ -304,7 +314,7 @@ static void hs_frame(struct tcp_chan *tc, bool reply, bool reject)
 {
 	uint8_t pd[SR_HELLO_LEN];
 	struct sr_hello hello = {
-		.version = 1, .flags = SR_HELLO_F_EXT,
+		.version = 1, .flags = want_ext() ? SR_HELLO_F_EXT : 0,
 		.src_qpn = tc->local_qpn, .dst_qpn = tc->peer_qpn,
 	};
 	struct mpa_frame f = {
@@ -443,9 +453,11 @@ static void on_req_sent(struct tcp_chan *tc, uint32_t events)
 		pthread_mutex_lock(&tc->lock);
 		return;
 	}
-	tc->ext = sr_hello_decode(f.pd, f.pd_len, &h) > 0 && (h.flags & SR_HELLO_F_EXT) &&
+	tc->ext = want_ext() && sr_hello_decode(f.pd, f.pd_len, &h) > 0 &&
+		  (h.flags & SR_HELLO_F_EXT) &&
 		  h.src_qpn == tc->peer_qpn;
 	tc->ch.acks = tc->ext;
+	tc->ch.no_send_imm = !tc->ext;
 	tc->crc = f.crc;
 	hs_consume(tc, &f);
 	tcp_up_locked(tc);
@@ -553,8 +565,9 @@ static void on_accepted(struct tcp_chan *tc, uint32_t events)
 	}
 	tc->local_qpn = h.dst_qpn;
 	tc->peer_qpn = h.src_qpn;
-	tc->ext = (h.flags & SR_HELLO_F_EXT) != 0;
+	tc->ext = want_ext() && (h.flags & SR_HELLO_F_EXT) != 0;
 	tc->ch.acks = tc->ext;
+	tc->ch.no_send_imm = !tc->ext;
 	tc->crc = f.crc || want_crc();
 	hs_consume(tc, &f);
 	accept_try(tc);
@@ -817,8 +830,8 @@ int chan_tcp_connect(struct sr_qp *qp)
 	/* Only a softrnic peer connects QPs by hand (an iWARP peer needs
 	 * the CM), so ACKs are expected from the first post on; the MPA
 	 * reply confirms it. */
-	tc->ch.acks = true;
-	tc->ext = true;
+	tc->ch.acks = tc->ext = want_ext();
+	tc->ch.no_send_imm = !tc->ext;
 	tc->qp = qp;
 	tc->local_qpn = my_qpn;
 	tc->peer_qpn = peer_qpn;

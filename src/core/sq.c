@@ -274,6 +274,15 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			qp->sq_next++;
 			continue;
 		}
+		if (w->opcode == IBV_WR_SEND_WITH_IMM && qp->chan->no_send_imm) {
+			/* The peer speaks RFC iWARP, which has no SEND with
+			 * immediate: fail it here rather than send what the
+			 * peer would reject. */
+			w->status = IBV_WC_LOC_QP_OP_ERR;
+			w->state = SR_WQE_DONE;
+			qp->sq_next++;
+			break;
+		}
 		w->msn_first = w->msn = qp->ssn;
 		m = build_msg(qp, w, &st);
 		if (!m) {
