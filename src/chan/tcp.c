@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -252,24 +253,51 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 	}
 }
 
+/* Before closing: write what is queued (answers the peer is owed, the
+ * goodbye), waiting at most a second for room, then send FIN. Caller
+ * holds tc->lock. */
+static void tcp_drain_locked(struct tcp_chan *tc)
+{
+	uint64_t until = progress_now_ns() + 1000000000ULL;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = tc->pl.fd, .events = POLLOUT };
+		uint64_t now;
+
+		tcp_flush_locked(tc);
+		if (sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail)
+			break;
+		now = progress_now_ns();
+		if (now >= until || poll(&pfd, 1, (int)((until - now) / 1000000) + 1) <= 0 ||
+		    (pfd.revents & (POLLERR | POLLHUP)))
+			break;
+	}
+	shutdown(tc->pl.fd, SHUT_WR);
+}
+
 static void tcp_close(struct sr_chan *ch)
 {
 	struct tcp_chan *tc = to_tc(ch);
 
+	/* What already arrived is taken in and answered first, as a NIC
+	 * would have done before the QP went away: a peer's SEND that sat
+	 * in our socket is then acknowledged, not failed. */
+	if (tc->tctx->ctx->owner == sr_getpid())
+		tcp_rx(tc);
 	pthread_mutex_lock(&tc->lock);
 	/* Say goodbye (best effort, never blocking): the peer then knows
 	 * this was an orderly destroy, not a crash. */
-	if (tc->state == TS_UP && tc->ext && tc->pl.fd >= 0) {
-		struct sr_msg *m = msg_alloc(0);
+	if (tc->state == TS_UP && tc->pl.fd >= 0 && tc->tctx->ctx->owner == sr_getpid()) {
+		struct sr_msg *m = tc->ext ? msg_alloc(0) : NULL;
 
+		ack_flush_locked(tc);
 		if (m) {
 			m->op = SR_MSG_ACK;
 			m->status = SR_ST_BYE;
 			m->msn = tc->rx_req_msn;
-			ack_flush_locked(tc);
 			sr_list_add_tail(&tc->txq, &m->link);
-			tcp_flush_locked(tc);
 		}
+		tcp_drain_locked(tc);
 	}
 	tc->closed = true;
 	tc->qp = NULL;

@@ -81,11 +81,10 @@ int evq_pop(struct sr_evq *q, struct sr_ev *out)
 		char b;
 		ssize_t n = recv(q->fd, &b, 1, MSG_PEEK);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
+		/* EINTR goes back to the caller, as rdma-core's read() of the
+		 * event fd does: programs break a wait with a signal. */
+		if (n < 0)
 			return -errno;
-		}
 		if (n == 0)
 			return -EIO;
 		pthread_mutex_lock(&q->lock);

@@ -36,7 +36,8 @@ int evq_init(struct sr_evq *q);
 void evq_destroy(struct sr_evq *q);
 /* Queue one event; returns -ENOMEM if it cannot be recorded. */
 int evq_push(struct sr_evq *q, void *obj, int type, int port);
-/* Take one event, blocking unless the fd is O_NONBLOCK: 0 or -errno. */
+/* Take one event, blocking unless the fd is O_NONBLOCK: 0 or -errno
+ * (-EAGAIN when non-blocking and empty, -EINTR when a signal came). */
 int evq_pop(struct sr_evq *q, struct sr_ev *out);
 /* Drop every event whose obj is @obj; returns how many. */
 unsigned int evq_remove_obj(struct sr_evq *q, void *obj);

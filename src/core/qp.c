@@ -158,16 +158,26 @@ err_free:
 	return ret;
 }
 
+/* Detach the channel. It stays attached while it closes: a closing
+ * channel may still deliver what already arrived and send the answers
+ * (chan/tcp.c), which needs qp->chan. */
 static void qp_unlink(struct sr_qp *qp)
 {
 	struct sr_chan *ch;
 
 	pthread_mutex_lock(&qp->lock);
 	ch = qp->chan;
-	qp->chan = NULL;
-	pthread_mutex_unlock(&qp->lock);
 	if (ch)
-		chan_close(ch);
+		chan_get(ch);
+	pthread_mutex_unlock(&qp->lock);
+	if (!ch)
+		return;
+	chan_close(ch);
+	pthread_mutex_lock(&qp->lock);
+	if (qp->chan == ch)
+		qp->chan = NULL;
+	pthread_mutex_unlock(&qp->lock);
+	chan_put(ch);
 }
 
 int qp_destroy(struct sr_qp *qp)
@@ -180,8 +190,10 @@ int qp_destroy(struct sr_qp *qp)
 	pthread_mutex_unlock(&ctx->lock);
 
 	qp_unlink(qp);
-	if (qp->rnr_pg)
+	if (qp->rnr_pg) {
 		progress_timer_cancel(qp->rnr_pg, &qp->rnr_timer);
+		progress_timer_cancel(qp->rnr_pg, &qp->gone_timer);
+	}
 	/* Lookups that found it before it was unlisted finish first. */
 	while (atomic_load(&qp->refs) > 1)
 		sched_yield();
@@ -409,16 +421,8 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 	qp->attr.qp_state = qp->state;
 	pthread_mutex_unlock(&qp->lock);
 
-	if (unlink) {
-		struct sr_chan *ch;
-
-		pthread_mutex_lock(&qp->lock);
-		ch = qp->chan;
-		qp->chan = NULL;
-		pthread_mutex_unlock(&qp->lock);
-		if (ch)
-			chan_close(ch);
-	}
+	if (unlink)
+		qp_unlink(qp);
 	if (link)
 		qp_try_link(qp);
 	qp_kick(qp);

@@ -85,6 +85,7 @@ struct sr_qp {
 	 * want of a receive WQE; with a finite rnr_retry the WQE fails
 	 * with IBV_WC_RNR_RETRY_EXC_ERR when this timer fires first. */
 	struct sr_timer rnr_timer;
+	struct sr_timer gone_timer;	/* qp_chan_gone: retries run out */
 	struct sr_progress *rnr_pg;
 	uint32_t rnr_msn;
 
@@ -142,6 +143,7 @@ void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st
 int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
 void qp_rx_resume_locked(struct sr_qp *qp);
 void qp_fail_retry_locked(struct sr_qp *qp);
+void qp_gone_arm_locked(struct sr_qp *qp);
 void qp_rnr_arm_locked(struct sr_qp *qp, uint32_t msn, uint8_t timer);
 /* Drop every parked request. Caller holds qp->lock. */
 void qp_rx_pending_clear_locked(struct sr_qp *qp);

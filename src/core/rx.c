@@ -145,8 +145,10 @@ static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
 			st == IBV_WC_LOC_PROT_ERR ? IBV_EVENT_QP_FATAL : IBV_EVENT_QP_REQ_ERR);
 		return RX_DONE;
 	}
-	recv_complete(qp, r, m, IBV_WC_RECV, IBV_WC_SUCCESS);
+	/* The ACK is queued before the completion can be seen: a program
+	 * that destroys its QP right after polling it still sends it. */
 	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
+	recv_complete(qp, r, m, IBV_WC_RECV, IBV_WC_SUCCESS);
 	return RX_DONE;
 }
 
@@ -298,10 +300,10 @@ static enum rx_result rx_imm(struct sr_qp *qp, struct sr_msg *m)
 
 	if (!take_rwqe(qp, r))
 		return RX_PARK;
+	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
 	m->len = qp->rx_last_write_len;
 	recv_complete(qp, r, m, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS);
 	m->len = 0;
-	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
 	return RX_DONE;
 }
 
@@ -644,12 +646,44 @@ void qp_fail_retry_locked(struct sr_qp *qp)
 	qp_to_error_locked(qp);
 }
 
+static void qp_gone_fire(struct sr_timer *t)
+{
+	struct sr_qp *qp = container_of(t, struct sr_qp, gone_timer);
+
+	pthread_mutex_lock(&qp->lock);
+	/* peer_gone is cleared by a reset: a reconnected QP is not ours */
+	if (qp->peer_gone && qp->sq_head != qp->sq_tail &&
+	    qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
+		qp_fail_retry_locked(qp);
+	pthread_mutex_unlock(&qp->lock);
+}
+
+/* The peer QP is gone: what is in flight, or posted from now on, fails
+ * as IB's transport retries would, once they run out: 4.096 us x
+ * 2^timeout, retry_cnt + 1 times (IBTA 9.7.6.1.3), or 8 s for timeout 0
+ * (infinite) so nothing hangs for ever. Caller holds qp->lock. */
+void qp_gone_arm_locked(struct sr_qp *qp)
+{
+	uint64_t ns = qp->attr.timeout ? (4096ULL << qp->attr.timeout) * (qp->attr.retry_cnt + 1ULL)
+				       : 8000000000ULL;
+
+	if (!qp->rnr_pg)
+		qp->rnr_pg = chan_progress(qp->ctx);
+	if (!qp->rnr_pg) {
+		qp_fail_retry_locked(qp);
+		return;
+	}
+	qp->gone_timer.fire = qp_gone_fire;
+	if (!qp->gone_timer.armed)
+		progress_timer_arm(qp->rnr_pg, &qp->gone_timer, ns);
+}
+
 void qp_chan_gone(struct sr_qp *qp)
 {
 	pthread_mutex_lock(&qp->lock);
 	qp->peer_gone = true;
 	if (qp->sq_head != qp->sq_tail && qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
-		qp_fail_retry_locked(qp);
+		qp_gone_arm_locked(qp);
 	pthread_mutex_unlock(&qp->lock);
 }
 

@@ -260,7 +260,7 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 	bool is_uc = qp->ibqp.qp_base.qp_type == IBV_QPT_UC;
 
 	if (qp->peer_gone && qp->state == IBV_QPS_RTS && qp->sq_next != qp->sq_tail) {
-		qp_fail_retry_locked(qp);
+		qp_gone_arm_locked(qp);
 		return;
 	}
 	while (qp->state == IBV_QPS_RTS && qp->chan && qp->sq_next != qp->sq_tail) {
