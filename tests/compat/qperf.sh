@@ -5,11 +5,9 @@
 # softrnic then reaches the peer through loopback. qperf's own control
 # connection uses the TCP port given by -lp.
 #
-# The tests run in qperf's polling mode (-cp1), plus, in its default event
-# mode, those where only the client waits for its own completions. Event mode
-# where a side sleeps in ibv_get_cq_event while qperf's end-of-test SIGALRM
-# arrives (rc_lat, uc_lat, *_rdma_write_lat, *_rdma_write_bw, ...) is left
-# out until ibv_get_cq_event returns EINTR the way rdma-core's does.
+# The tests run in qperf's polling mode (-cp1) and in its default event
+# mode, where a side sleeps in ibv_get_cq_event until qperf's end-of-test
+# SIGALRM interrupts it (EINTR, as rdma-core's read() of the channel fd).
 # Not covered: -cm1 (needs librdmacm), ud_* and xrc_* tests.
 #
 # usage: qperf.sh BUILD_DIR      exit 0 pass, 1 fail, 77 skip
@@ -128,9 +126,9 @@ done
 # These poll memory by design (no -cp1).
 run rc_rdma_write_poll_lat
 run uc_rdma_write_poll_lat
-# Event mode (qperf's default) where only the client waits, on completions
-# of its own reads and atomics.
-for test in rc_rdma_read_bw rc_rdma_read_lat rc_compare_swap_mr ver_rc_fetch_add; do
+# Event mode (qperf's default): completions through completion channels.
+for test in rc_bw rc_lat uc_lat rc_rdma_read_bw rc_rdma_read_lat rc_rdma_write_bw \
+	    rc_rdma_write_lat uc_rdma_write_lat rc_compare_swap_mr ver_rc_fetch_add; do
 	run "$test"
 done
 
