@@ -51,7 +51,11 @@ capture() {	# capture FILE EXT: run the traffic with SOFTRNIC_EXT=EXT
 	pids+=("$cpid")
 	sleep 1
 	# Modest volumes: a capture that drops segments loses the MPA framing.
-	SOFTRNIC_EXT=$2 pair ibv_rc_pingpong -g 0 -n 50 -c
+	# (rc_pingpong only between softrnic peers: in plain iWARP a peer's
+	# close ends the stream and flushes the receives the other side
+	# still has posted, as siw does, and rc_pingpong counts that as a
+	# failure when one side finishes first)
+	[ "$2" = 1 ] && SOFTRNIC_EXT=$2 pair ibv_rc_pingpong -g 0 -n 50 -c
 	SOFTRNIC_EXT=$2 pair ib_write_bw -d softrnic0 -n 20 -s 100000
 	SOFTRNIC_EXT=$2 pair ib_read_bw -d softrnic0 -n 20 -s 70000
 	SOFTRNIC_EXT=$2 pair ib_atomic_bw -d softrnic0 -n 50
