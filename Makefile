@@ -78,6 +78,7 @@ demo: build
 	else \
 		echo "(no demo/demo.c yet: softrnic-demo skipped)"; \
 	fi
+	bash demo/net-demo.sh $(BUILD)
 
 # Side-by-side benchmarks (bench/README.md): never part of make test.
 bench: build
