@@ -40,6 +40,7 @@ struct sr_chan {
 	bool acks;			/* peer answers SEND/WRITE with ACK */
 	bool no_send_imm;		/* cannot carry SEND with immediate (RFC
 					 * iWARP has none): such WQEs fail */
+	bool zcopy;			/* takes payload by reference (msg->src) */
 	atomic_int refs;
 };
 

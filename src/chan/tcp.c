@@ -132,6 +132,7 @@ static struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
 		return NULL;
 	}
 	tc->ch.ops = &tcp_ops;
+	tc->ch.zcopy = true;	/* sendmsg straight from registered memory */
 	atomic_init(&tc->ch.refs, 1);	/* the stream list's */
 	tc->tctx = t;
 	tc->pl.fd = fd;
@@ -645,6 +646,8 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 		if (events & EPOLLOUT)
 			tcp_flush_locked(tc);
 		pthread_mutex_unlock(&tc->lock);
+		if (tc->nfaults)
+			tcp_tx_faults(tc);
 		if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 			tcp_rx(tc);
 		return;

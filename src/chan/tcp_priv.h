@@ -39,8 +39,9 @@ struct sr_tcp_ctx {
 struct tx_fpdu {
 	uint8_t hdr[MPA_ULPDU_LEN_SIZE + DDP_HDR_MAX + RDMAP_ATOMIC_REQ_LEN];
 	uint8_t trl[MPA_TRAILER_MAX];
-	struct iovec iov[3];
+	struct iovec iov[2 + SR_MSG_SRC_MAX];
 	int niov;
+	struct sr_msg *msg;		/* the message it is part of */
 	struct sr_msg *done;		/* free once this FPDU is written */
 };
 
@@ -100,6 +101,10 @@ struct tcp_chan {
 	bool tx_any;
 	bool tx_urgent;			/* an answer is queued: never hold it */
 	bool rc;			/* the QP is RC: requests get answers */
+	/* requests whose payload could not be read (SR_MSGF_TX_FAULT), for
+	 * the QP, told after the channel lock is dropped */
+	uint32_t faults[16];
+	int nfaults;
 	uint32_t events;		/* epoll events registered */
 	struct sr_qp *qp;
 	uint32_t local_qpn, peer_qpn;
@@ -164,6 +169,7 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m);
 void tcp_kick(struct sr_chan *ch);
 /* Flush now, whatever is in flight (the receive path, after answers). */
 void tcp_kick_now(struct tcp_chan *tc);
+void tcp_tx_faults(struct tcp_chan *tc);
 void tcp_flush_locked(struct tcp_chan *tc);
 void ack_flush_locked(struct tcp_chan *tc);
 int status_of_term(const struct rdmap_term *t);

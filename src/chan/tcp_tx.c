@@ -60,6 +60,60 @@ struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn)
 	return NULL;
 }
 
+/* The iovecs covering [off, off + len) of a by-reference payload. */
+static int src_iov(const struct sr_msg_src *src, uint64_t off, uint64_t len, struct iovec *out)
+{
+	uint64_t pos = 0;
+	int n = 0;
+
+	for (int i = 0; i < src->n && len; i++) {
+		uint64_t l = src->iov[i].iov_len, skip, take;
+
+		if (pos + l <= off) {
+			pos += l;
+			continue;
+		}
+		skip = off > pos ? off - pos : 0;
+		take = sr_min(l - skip, len);
+		out[n++] = (struct iovec){ (uint8_t *)src->iov[i].iov_base + skip, take };
+		off += take;
+		len -= take;
+		pos += l;
+	}
+	return n;
+}
+
+/* CRC32c of an FPDU (header, payload pieces, pad). Payload in the
+ * application's memory is read through mem_read into a bounce buffer, so
+ * a page unmapped under us costs a TX fault, not a crash. */
+static uint32_t fpdu_crc(const struct iovec *iov, int n, size_t pad, bool app)
+{
+	static const uint8_t zero[4];
+	uint32_t s = mpa_crc_init();
+
+	for (int i = 0; i < n; i++) {
+		const uint8_t *p = iov[i].iov_base;
+		size_t len = iov[i].iov_len;
+
+		if (i == 0 || !app) {
+			s = mpa_crc_update(s, p, len);
+			continue;
+		}
+		while (len) {
+			uint8_t b[4096];
+			size_t k = sr_min(len, sizeof(b));
+
+			if (mem_read(b, (uintptr_t)p, k))
+				memset(b, 0, k);
+			s = mpa_crc_update(s, b, k);
+			p += k;
+			len -= k;
+		}
+	}
+	s = mpa_crc_update(s, zero, pad);
+	return mpa_crc_final(s);
+}
+
 /* Encode the next FPDU of tc->cur into slot s. Caller holds tc->lock.
  * Returns false (and drops the message) if it cannot be encoded. */
 static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
@@ -203,18 +257,16 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 		s->hdr[1] = (uint8_t)ulen;
 		s->iov[0] = (struct iovec){ s->hdr, MPA_ULPDU_LEN_SIZE + (size_t)hl + blen };
 		s->niov = 1;
-		if (chunk)
+		if (chunk && m->src)
+			s->niov += src_iov(m->src, tc->cur_off, chunk, &s->iov[1]);
+		else if (chunk)
 			s->iov[s->niov++] = (struct iovec){ m->payload + tc->cur_off, chunk };
-		if (tc->crc) {
-			uint8_t zero[3] = { 0 };
-			struct iovec civ[3] = { s->iov[0], s->niov > 1 ? s->iov[1] : (struct iovec){ 0 },
-						{ zero, mpa_pad(ulen) } };
-
-			crc = mpa_crc(civ, 3);
-		}
+		if (tc->crc)
+			crc = fpdu_crc(s->iov, s->niov, mpa_pad(ulen), m->src != NULL);
 		s->iov[s->niov++] = (struct iovec){ s->trl, mpa_fpdu_trailer(s->trl, ulen, crc) };
 	}
 	tc->cur_off += chunk;
+	s->msg = m;
 	s->done = NULL;
 	if (tc->cur_off >= m->len &&
 	    (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM ||
@@ -248,11 +300,62 @@ void ack_flush_locked(struct tcp_chan *tc)
 	tc->ack_pending = false;
 }
 
+/* sendmsg said EFAULT: the first byte not yet written is in a payload
+ * piece whose page is gone (our own header and trailer cannot fault).
+ * Send zeros in its place, so the framing stays whole, and mark the
+ * message: its WQE will fail with IBV_WC_LOC_PROT_ERR. */
+static bool tx_fault(struct tcp_chan *tc)
+{
+	static const uint8_t zeros[MPA_MAX_ULPDU];
+	static __thread uint8_t probe[MPA_MAX_ULPDU];
+	bool found = false;
+
+	/* Which piece faulted is not said: read every payload piece still to
+	 * go through the safe copy, and replace the unreadable ones. */
+	for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++) {
+		struct tx_fpdu *s = &tc->slot[i % TX_SLOTS];
+
+		for (int k = 1; k < s->niov - 1; k++) {
+			if (!s->iov[k].iov_len || s->iov[k].iov_base == (void *)zeros)
+				continue;
+			if (!mem_read(probe, (uintptr_t)s->iov[k].iov_base, s->iov[k].iov_len))
+				continue;
+			s->iov[k].iov_base = (void *)zeros;
+			if (s->msg)
+				s->msg->flags |= SR_MSGF_TX_FAULT;
+			found = true;
+		}
+	}
+	return found;
+}
+
+/* Tell the QP about requests sent with a fault. Caller holds no lock. */
+void tcp_tx_faults(struct tcp_chan *tc)
+{
+	uint32_t f[ARRAY_SIZE(tc->faults)];
+	struct sr_qp *qp;
+	int n;
+
+	pthread_mutex_lock(&tc->lock);
+	n = tc->nfaults;
+	memcpy(f, tc->faults, sizeof(f));
+	tc->nfaults = 0;
+	qp = tc->closed ? NULL : tc->qp;
+	if (qp && n)
+		qp_get(qp);
+	pthread_mutex_unlock(&tc->lock);
+	if (!qp || !n)
+		return;
+	for (int i = 0; i < n; i++)
+		qp_tx_fault(qp, f[i]);
+	qp_put(qp);
+}
+
 /* Write what we can. Caller holds tc->lock; state is UP. */
 void tcp_flush_locked(struct tcp_chan *tc)
 {
 	for (;;) {
-		struct iovec iov[TX_SLOTS * 3];
+		struct iovec iov[TX_SLOTS * (2 + SR_MSG_SRC_MAX)];
 		int n = 0;
 		ssize_t w;
 
@@ -292,6 +395,8 @@ void tcp_flush_locked(struct tcp_chan *tc)
 
 			w = sendmsg(tc->pl.fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 		}
+		if (w < 0 && errno == EFAULT && tx_fault(tc))
+			continue;
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
@@ -315,6 +420,9 @@ void tcp_flush_locked(struct tcp_chan *tc)
 				whole &= s->iov[k].iov_len == 0;
 			if (!whole)
 				break;
+			if (s->done && (s->done->flags & SR_MSGF_TX_FAULT) &&
+			    tc->nfaults < (int)ARRAY_SIZE(tc->faults))
+				tc->faults[tc->nfaults++] = s->done->msn;
 			msg_free(s->done);
 			s->done = NULL;
 			tc->slot_head++;
@@ -394,6 +502,8 @@ void tcp_kick(struct sr_chan *ch)
 		}
 	}
 	pthread_mutex_unlock(&tc->lock);
+	if (tc->nfaults)
+		tcp_tx_faults(tc);
 	/* Receives may have been posted: read again if the backlog let us. */
 	if (resume) {
 		if (!qp_rx_congested(qp)) {

@@ -1,5 +1,6 @@
 #include "core/msg.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,14 @@ struct sr_msg *msg_alloc(uint32_t payload_len)
 
 void msg_free(struct sr_msg *m)
 {
-	if (m)
-		free(m->rwqe);
+	if (!m)
+		return;
+	free(m->rwqe);
+	if (m->src) {
+		for (int i = 0; i < m->src->n; i++)
+			if (m->src->refs[i].users)
+				atomic_fetch_sub((atomic_int *)m->src->refs[i].users, 1);
+		free(m->src);
+	}
 	free(m);
 }

@@ -16,6 +16,10 @@
 #include <stdint.h>
 #include "core/util.h"
 
+#include <sys/uio.h>
+
+#define SR_MSG_SRC_MAX 32	/* = SR_MAX_SGE */
+
 enum sr_msg_op {
 	SR_MSG_WRITE,
 	SR_MSG_READ_REQ,
@@ -45,6 +49,9 @@ enum sr_msg_flags {
 	SR_MSGF_PLACE_ERR = 1 << 5,
 	/* SEND placed into rwqe (qp_place_send) overflowed it */
 	SR_MSGF_TOO_LONG = 1 << 6,
+	/* sending from msg->src hit a bad page: the rest went as zeros and
+	 * the WQE fails with IBV_WC_LOC_PROT_ERR (qp_tx_fault) */
+	SR_MSGF_TX_FAULT = 1 << 7,
 };
 
 /* Verdicts a responder returns (ACK, TERMINATE). */
@@ -79,11 +86,22 @@ struct sr_msg {
 	uint32_t placed;		/* SR_MSGF_PLACED: bytes placed */
 	struct sr_rwqe *rwqe;		/* SEND placed directly: its receive
 					 * WQE (owned; freed with the msg) */
+	/* Payload by reference (zero copy): len bytes in the application's
+	 * registered memory, kept busy (refs) until the message is freed. */
+	struct sr_msg_src *src;
 	uint32_t len;			/* payload bytes */
 	uint8_t payload[];
 };
 
 struct sr_rwqe;
+struct sr_mref;
+
+struct sr_msg_src {
+	int n;
+	struct iovec iov[SR_MSG_SRC_MAX];
+	struct sr_mref_slot { uintptr_t addr; void *users; } refs[SR_MSG_SRC_MAX];
+};
+
 struct sr_msg *msg_alloc(uint32_t payload_len);
 void msg_free(struct sr_msg *m);
 

@@ -678,6 +678,18 @@ void qp_gone_arm_locked(struct sr_qp *qp)
 		progress_timer_arm(qp->rnr_pg, &qp->gone_timer, ns);
 }
 
+void qp_tx_fault(struct sr_qp *qp, uint32_t msn)
+{
+	struct sr_swqe *w;
+
+	pthread_mutex_lock(&qp->lock);
+	w = sq_find_sent_locked(qp, msn);
+	if (w)
+		sq_settle_locked(qp, w, IBV_WC_LOC_PROT_ERR);
+	pthread_mutex_unlock(&qp->lock);
+	qp_kick(qp);
+}
+
 void qp_chan_gone(struct sr_qp *qp)
 {
 	pthread_mutex_lock(&qp->lock);

@@ -146,6 +146,32 @@ static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *b
 	return IBV_WC_SUCCESS;
 }
 
+/* Zero copy: the message names the registered memory it sends from (the
+ * channel writes it with sendmsg), and keeps that memory busy until the
+ * message is freed. Same checks as gather(). */
+static enum ibv_wc_status gather_ref(struct sr_qp *qp, struct sr_swqe *w, struct sr_msg *m)
+{
+	struct sr_msg_src *src = calloc(1, sizeof(*src));
+
+	if (!src)
+		return IBV_WC_LOC_QP_OP_ERR;
+	m->src = src;
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		struct ibv_sge *s = &w->sge[i];
+		struct sr_mref r;
+
+		if (!s->length)
+			continue;
+		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length, 0, false, &r))
+			return IBV_WC_LOC_PROT_ERR;
+		src->iov[src->n] = (struct iovec){ (void *)r.addr, s->length };
+		src->refs[src->n].addr = r.addr;
+		src->refs[src->n].users = r.users;
+		src->n++;
+	}
+	return IBV_WC_SUCCESS;
+}
+
 /* Where a READ response or atomic result will land must be writable. */
 static enum ibv_wc_status check_sink(struct sr_qp *qp, struct sr_swqe *w)
 {
@@ -185,8 +211,12 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
 		       w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 	struct sr_msg *m;
 
+	/* Large payloads go by reference where the channel takes that. */
+	bool by_ref = carries && qp->chan->zcopy && !(w->flags & IBV_SEND_INLINE) &&
+		      w->length >= 4096;
+
 	*st = IBV_WC_SUCCESS;
-	m = msg_alloc(carries ? (uint32_t)w->length : 0);
+	m = msg_alloc(carries && !by_ref ? (uint32_t)w->length : 0);
 	if (!m)
 		return NULL;
 	m->msn = w->msn;
@@ -231,8 +261,12 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
 		*st = check_sink(qp, w);
 		break;
 	}
-	if (*st == IBV_WC_SUCCESS && carries)
+	if (*st == IBV_WC_SUCCESS && by_ref) {
+		*st = gather_ref(qp, w, m);
+		m->len = (uint32_t)w->length;
+	} else if (*st == IBV_WC_SUCCESS && carries) {
 		*st = gather(qp, w, m->payload);
+	}
 	if (*st != IBV_WC_SUCCESS) {
 		msg_free(m);
 		return NULL;
