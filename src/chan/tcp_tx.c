@@ -420,7 +420,11 @@ void tcp_flush_locked(struct tcp_chan *tc)
 				whole &= s->iov[k].iov_len == 0;
 			if (!whole)
 				break;
+			/* Only our own requests have a WQE to fail (a READ
+			 * response read from unmapped memory went as zeros:
+			 * docs/COMPAT.md). */
 			if (s->done && (s->done->flags & SR_MSGF_TX_FAULT) &&
+			    (s->done->op == SR_MSG_SEND || s->done->op == SR_MSG_WRITE) &&
 			    tc->nfaults < (int)ARRAY_SIZE(tc->faults))
 				tc->faults[tc->nfaults++] = s->done->msn;
 			msg_free(s->done);

@@ -311,13 +311,34 @@ static enum rx_result rx_read(struct sr_qp *qp, struct sr_msg *m)
 {
 	struct sr_mref ref = { 0 };
 	struct sr_msg *r;
+	/* A large response goes by reference, read by the channel straight
+	 * from the registered memory (as a SEND's payload does). */
+	bool by_ref = qp->chan && qp->chan->zcopy && m->rd_len >= 4096;
 
-	r = msg_alloc(m->rd_len);
+	r = msg_alloc(by_ref ? 0 : m->rd_len);
+	if (r && by_ref) {
+		r->src = calloc(1, sizeof(*r->src));
+		if (!r->src) {
+			msg_free(r);
+			r = NULL;
+		}
+	}
 	if (!r) {
 		rx_fail(qp, m, SR_ST_REM_OP, IBV_EVENT_QP_FATAL);
 		return RX_DONE;
 	}
-	if (m->rd_len) {
+	if (by_ref) {
+		if (rx_resolve(qp, m, m->rd_len, IBV_ACCESS_REMOTE_READ, &ref)) {
+			msg_free(r);
+			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+			return RX_DONE;
+		}
+		r->src->n = 1;
+		r->src->iov[0] = (struct iovec){ (void *)ref.addr, m->rd_len };
+		r->src->refs[0].addr = ref.addr;
+		r->src->refs[0].users = ref.users;
+		r->len = m->rd_len;
+	} else if (m->rd_len) {
 		if (rx_resolve(qp, m, m->rd_len, IBV_ACCESS_REMOTE_READ, &ref) ||
 		    mem_read(r->payload, ref.addr, m->rd_len)) {
 			mr_release(&ref);
