@@ -102,6 +102,34 @@ static void note_answer(struct tcp_chan *tc, uint32_t msn)
 	pthread_mutex_unlock(&tc->lock);
 }
 
+/* What a SEND's opcode and header say about it (RFC 5040 §4.3; softrnic's
+ * SEND with immediate carries imm_data in RsvdULP, srext.h). */
+static void send_flags(struct sr_msg *m, const struct ddp_hdr *h)
+{
+	if (h->opcode == RDMAP_SEND_SE || h->opcode == RDMAP_SEND_SE_INV ||
+	    h->opcode == SR_EXT_SEND_SE_IMM)
+		m->flags |= SR_MSGF_SE;
+	if (h->opcode == RDMAP_SEND_INV || h->opcode == RDMAP_SEND_SE_INV) {
+		m->flags |= SR_MSGF_INV;
+		m->inv_stag = h->inv_stag;
+	}
+	if (h->opcode == SR_EXT_SEND_IMM || h->opcode == SR_EXT_SEND_SE_IMM) {
+		m->flags |= SR_MSGF_IMM;
+		m->imm = htobe32(h->inv_stag);
+	}
+}
+
+/* Queue what an inbound READ or atomic request needs for its response. */
+static bool rsp_push(struct tcp_chan *tc, const struct rsp_ctx *rc)
+{
+	bool ok;
+
+	pthread_mutex_lock(&tc->lock);
+	ok = FIFO_PUSH(tc, rsp, rc);
+	pthread_mutex_unlock(&tc->lock);
+	return ok;
+}
+
 /* One whole FPDU's ULPDU. Returns 0, or -EBADMSG for a protocol error
  * (the caller sends TERMINATE and drops the stream). */
 static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct rx_out *out)
@@ -111,7 +139,6 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 	size_t blen;
 	ssize_t hl;
 	struct sr_msg *m = NULL;
-	bool ok;
 
 	if (ulen < 2)
 		return -EBADMSG;
@@ -144,17 +171,7 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 			tc->as_untagged = as_start(SR_MSG_SEND);
 			if (!tc->as_untagged)
 				return -ENOMEM;
-			if (h.opcode == RDMAP_SEND_SE || h.opcode == RDMAP_SEND_SE_INV ||
-			    h.opcode == SR_EXT_SEND_SE_IMM)
-				tc->as_untagged->flags |= SR_MSGF_SE;
-			if (h.opcode == RDMAP_SEND_INV || h.opcode == RDMAP_SEND_SE_INV) {
-				tc->as_untagged->flags |= SR_MSGF_INV;
-				tc->as_untagged->inv_stag = h.inv_stag;
-			}
-			if (h.opcode == SR_EXT_SEND_IMM || h.opcode == SR_EXT_SEND_SE_IMM) {
-				tc->as_untagged->flags |= SR_MSGF_IMM;
-				tc->as_untagged->imm = htobe32(h.inv_stag);
-			}
+			send_flags(tc->as_untagged, &h);
 		} else if (!tc->as_untagged || h.mo != tc->as_untagged->len) {
 			return -EBADMSG;
 		}
@@ -206,10 +223,7 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		m->rd_len = r.size;
 		m->msn = tc->rx_req_msn++;
 		rc = (struct rsp_ctx){ .msn = m->msn, .sink_stag = r.sink_stag, .sink_to = r.sink_to };
-		pthread_mutex_lock(&tc->lock);
-		ok = FIFO_PUSH(tc, rsp, &rc);
-		pthread_mutex_unlock(&tc->lock);
-		if (!ok) {
+		if (!rsp_push(tc, &rc)) {
 			msg_free(m);
 			return -ENOMEM;
 		}
@@ -236,10 +250,7 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		m->compare = a.compare;
 		m->msn = tc->rx_req_msn++;
 		rc = (struct rsp_ctx){ .msn = m->msn, .req_id = a.req_id };
-		pthread_mutex_lock(&tc->lock);
-		ok = FIFO_PUSH(tc, rsp, &rc);
-		pthread_mutex_unlock(&tc->lock);
-		if (!ok) {
+		if (!rsp_push(tc, &rc)) {
 			msg_free(m);
 			return -ENOMEM;
 		}
@@ -420,17 +431,7 @@ static ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct dd
 		}
 		memcpy(m->rwqe, r, sizeof(rb));
 		m->op = SR_MSG_SEND;
-		if (h->opcode == RDMAP_SEND_SE || h->opcode == RDMAP_SEND_SE_INV ||
-		    h->opcode == SR_EXT_SEND_SE_IMM)
-			m->flags |= SR_MSGF_SE;
-		if (h->opcode == RDMAP_SEND_INV || h->opcode == RDMAP_SEND_SE_INV) {
-			m->flags |= SR_MSGF_INV;
-			m->inv_stag = h->inv_stag;
-		}
-		if (h->opcode == SR_EXT_SEND_IMM || h->opcode == SR_EXT_SEND_SE_IMM) {
-			m->flags |= SR_MSGF_IMM;
-			m->imm = htobe32(h->inv_stag);
-		}
+		send_flags(m, h);
 		/* sd->iov and refs were filled by qp_place_send */
 		sd->active = true;
 		sd->msg = m;

@@ -31,47 +31,8 @@ if [[ ! -x $SOFTRNIC ]]; then
 	exit 1
 fi
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null
-	done
-	for p in "${pids[@]}"; do
-		wait "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-failed=0
-fail() {
-	echo "FAIL: $*"
-	failed=1
-}
-
-listening() { [[ -n $(ss -Htln "sport = :$1" 2>/dev/null) ]]; }
-port_used() { [[ -n $(ss -Htan "sport = :$1" 2>/dev/null) ]]; }
-
-# A TCP port no socket uses (perftest's out-of-band exchange port), below the
-# ephemeral range so that no outgoing connection can take it meanwhile.
-read -r eph_lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph_lo=32768
-((eph_lo > 12000)) || eph_lo=32768
-free_port() {
-	local p
-	for _ in $(seq 50); do
-		p=$((10000 + RANDOM % (eph_lo - 10000)))
-		port_used "$p" || break
-	done
-	echo "$p"
-}
-
-show() {
-	echo "  --- $1 output:"
-	sed 's/^/  | /' "$2"
-}
+# shellcheck source=tests/compat/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # rows FILE COL: print how many result rows ("#bytes #iterations numbers...")
 # FILE has; fail (status 1) unless there is one at least and the figure of
