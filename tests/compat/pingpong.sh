@@ -97,6 +97,8 @@ pair() {
 pair rc            1000 ibv_rc_pingpong
 pair rc-s1         1000 ibv_rc_pingpong -s 1
 pair rc-s64k       1000 ibv_rc_pingpong -s 65536
+pair rc-s1m         200 ibv_rc_pingpong -s 1048576 -n 200
+pair rc-s1m-ev      200 ibv_rc_pingpong -s 1048576 -n 200 -e -c
 pair rc-n2000      2000 ibv_rc_pingpong -n 2000
 pair rc-events     1000 ibv_rc_pingpong -e
 pair rc-check      1000 ibv_rc_pingpong -c
