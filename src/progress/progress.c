@@ -29,7 +29,17 @@ struct sr_progress {
 	/* loop iterations begun: a deleter from another thread waits for
 	 * the next one, so no event fetched before its delete is pending */
 	uint64_t gen;
+	int pid;			/* the process whose thread this is */
 };
+
+/* In a forked child the progress thread does not exist, and the epoll set
+ * is shared with the parent: touching it would unregister the parent's
+ * sockets. A child's calls are no-ops (DESIGN.md: a forked child never
+ * disturbs the parent's connections). */
+static bool foreign(const struct sr_progress *pg)
+{
+	return pg->pid != sr_getpid();
+}
 
 uint64_t progress_now_ns(void)
 {
@@ -167,6 +177,7 @@ struct sr_progress *progress_create(void)
 	pthread_mutex_init(&pg->lock, NULL);
 	pthread_cond_init(&pg->idle, NULL);
 	sr_list_init(&pg->timers);
+	pg->pid = sr_getpid();
 	pg->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (pg->epfd < 0)
 		goto err_free;
@@ -194,6 +205,11 @@ void progress_destroy(struct sr_progress *pg)
 {
 	if (!pg)
 		return;
+	if (foreign(pg)) {
+		close(pg->wake.fd);
+		close(pg->epfd);
+		return;		/* the child's copy: the parent owns the rest */
+	}
 	pthread_mutex_lock(&pg->lock);
 	pg->stop = true;
 	pthread_mutex_unlock(&pg->lock);
@@ -213,6 +229,8 @@ int progress_add(struct sr_progress *pg, struct sr_pollable *p, uint32_t events)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = p };
 
+	if (foreign(pg))
+		return -ECHILD;
 	return epoll_ctl(pg->epfd, EPOLL_CTL_ADD, p->fd, &ev) < 0 ? -errno : 0;
 }
 
@@ -220,6 +238,8 @@ int progress_mod(struct sr_progress *pg, struct sr_pollable *p, uint32_t events)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = p };
 
+	if (foreign(pg))
+		return -ECHILD;
 	return epoll_ctl(pg->epfd, EPOLL_CTL_MOD, p->fd, &ev) < 0 ? -errno : 0;
 }
 
@@ -228,6 +248,8 @@ void progress_del(struct sr_progress *pg, struct sr_pollable *p)
 	bool self = progress_in_thread(pg);
 	uint64_t g;
 
+	if (foreign(pg))
+		return;
 	epoll_ctl(pg->epfd, EPOLL_CTL_DEL, p->fd, NULL);
 	pthread_mutex_lock(&pg->lock);
 	if (self) {
@@ -254,6 +276,8 @@ void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t del
 	struct sr_list *pos;
 	bool first;
 
+	if (foreign(pg))
+		return;
 	pthread_mutex_lock(&pg->lock);
 	if (t->armed)
 		sr_list_del(&t->link);
@@ -275,6 +299,8 @@ void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t del
 
 void progress_timer_cancel(struct sr_progress *pg, struct sr_timer *t)
 {
+	if (foreign(pg))
+		return;
 	pthread_mutex_lock(&pg->lock);
 	if (t->armed) {
 		sr_list_del(&t->link);
