@@ -552,6 +552,7 @@ int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr)
 
 int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
+	bool resumed = false;
 	int ret = 0;
 
 	pthread_mutex_lock(&qp->lock);
@@ -568,12 +569,17 @@ int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 			break;
 		}
 	}
+	/* Only a receive that let parked requests through has answers to
+	 * send (and may lift back-pressure): kick the channel then, not for
+	 * every receive a program posts. */
+	resumed = !sr_list_empty(&qp->rx_pending);
 	if (qp->state == IBV_QPS_ERR)
 		qp_to_error_locked(qp);
 	else
 		qp_rx_resume_locked(qp);
 out:
 	pthread_mutex_unlock(&qp->lock);
-	qp_kick(qp);
+	if (resumed)
+		qp_kick(qp);
 	return ret;
 }

@@ -63,11 +63,15 @@ static void srq_resume_qps(struct sr_srq *srq)
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	for (int i = 0; i < n; i++) {
+		bool resumed;
+
 		pthread_mutex_lock(&list[i]->lock);
-		if (!sr_list_empty(&list[i]->rx_pending))
+		resumed = !sr_list_empty(&list[i]->rx_pending);
+		if (resumed)
 			qp_rx_resume_locked(list[i]);
 		pthread_mutex_unlock(&list[i]->lock);
-		qp_kick(list[i]);
+		if (resumed)
+			qp_kick(list[i]);
 		qp_put(list[i]);
 	}
 }
