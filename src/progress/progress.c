@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,6 +113,19 @@ static void *progress_main(void *arg)
 {
 	struct sr_progress *pg = arg;
 	struct epoll_event evs[64];
+
+	/* The thread sleeps in epoll and runs for microseconds when woken,
+	 * but a busy-polling program on every CPU keeps it waiting for the
+	 * scheduler. A higher priority (nice -10) lets it in at once where
+	 * the process may raise it (CAP_SYS_NICE); elsewhere this fails and
+	 * changes nothing. SOFTRNIC_PROGRESS_NICE overrides (0: leave it). */
+	{
+		const char *v = getenv("SOFTRNIC_PROGRESS_NICE");
+		int nice = v && *v ? atoi(v) : -10;
+
+		if (nice)
+			setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
+	}
 
 	for (;;) {
 		int timeout, n;
