@@ -739,7 +739,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc)
 			}
 			return "protocol error";
 		}
-		tcp_kick_now(tc);
+		/* Answers go out once the socket is drained (or with every
+		 * full batch), not per message: one cumulative ACK for all
+		 * the SENDs one read brought in. */
+		if (eof || !progress || out.n == (int)ARRAY_SIZE(out.m))
+			tcp_kick_now(tc);
 		if (eof)
 			return "peer closed the stream";
 		if (!progress)

@@ -24,7 +24,7 @@ static int pvm_copy(bool write, uintptr_t app, void *buf, size_t len)
 {
 	struct iovec local = { .iov_base = buf, .iov_len = len };
 	struct iovec remote = { .iov_base = (void *)app, .iov_len = len };
-	pid_t self = getpid();
+	pid_t self = (pid_t)sr_getpid();
 
 	while (len) {
 		ssize_t n = write ? process_vm_writev(self, &local, 1, &remote, 1, 0)
