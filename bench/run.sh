@@ -257,10 +257,15 @@ tcp_lat() {
 	case $LAT_TOOL in
 	sockperf)
 		# busy-polling on both ends (--nonblocked), as perftest's
-		# latency tests poll their CQ
-		port=${server_port[sockperf-bp]:-$port}
+		# latency tests poll their CQ; the busy server runs only for
+		# this measurement (it keeps a CPU busy)
+		start_server sockperf-bp || return
+		port=${server_port[sockperf-bp]}
 		bounded "$log" "$CASE_TIMEOUT" sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" \
 			-m 14 -t "$SECS" --mps=max --nonblocked
+		kill "${pids[-1]}" 2>/dev/null
+		wait "${pids[-1]}" 2>/dev/null
+		unset 'pids[-1]'
 		# the median; else the mean ("Latency is X usec")
 		v=$(awk '{ gsub(/\033\[[0-9;]*m/, "") }
 			/percentile 50\.000 =/ { m = $NF }
@@ -363,7 +368,6 @@ echo "softrnic bench: $RUNS runs per figure, ${SECS} s per bandwidth run; $(npro
 for tool in $(printf '%s\n' "$BW_TOOL" "$LAT_TOOL" | sort -u); do
 	start_server "$tool"
 done
-[[ $LAT_TOOL == sockperf ]] && start_server sockperf-bp
 
 skipped=0
 for ((r = 1; r <= RUNS; r++)); do
