@@ -680,6 +680,9 @@ staged:
  * waits for the progress thread, which may be waiting for rx_lock. */
 static const char *tcp_rx_locked(struct tcp_chan *tc)
 {
+	unsigned int rounds = 0;	/* a long stream flushes answers now
+					 * and then, not only once drained */
+
 	for (;;) {
 		struct rx_out out = { .n = 0 };
 		struct sr_qp *qp;
@@ -701,6 +704,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc)
 			tc->rx_paused = true;
 			want(tc, tc->events & ~(uint32_t)EPOLLIN);
 			pthread_mutex_unlock(&tc->lock);
+			tcp_kick_now(tc);	/* answers owed so far go now */
 			return NULL;
 		}
 
@@ -742,7 +746,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc)
 		/* Answers go out once the socket is drained (or with every
 		 * full batch), not per message: one cumulative ACK for all
 		 * the SENDs one read brought in. */
-		if (eof || !progress || out.n == (int)ARRAY_SIZE(out.m))
+		if (eof || !progress || out.n == (int)ARRAY_SIZE(out.m) || ++rounds % 16 == 0)
 			tcp_kick_now(tc);
 		if (eof)
 			return "peer closed the stream";
