@@ -95,6 +95,8 @@ int keytab_insert_random(struct sr_keytab *t, int kind, void *obj, uint32_t *key
 /* Map a chosen key (MW type 2 rebinding); -EEXIST if taken. */
 int keytab_insert(struct sr_keytab *t, uint32_t key, int kind, void *obj);
 int keytab_remove(struct sr_keytab *t, uint32_t key);
+/* Caller holds t->lock for writing. */
+int keytab_remove_locked(struct sr_keytab *t, uint32_t key);
 /* Caller holds t->lock (read or write). Returns NULL if absent. */
 struct sr_keyent *keytab_find_locked(struct sr_keytab *t, uint32_t key);
 

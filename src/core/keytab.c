@@ -138,21 +138,26 @@ int keytab_insert_random(struct sr_keytab *t, int kind, void *obj, uint32_t *key
 	return ret;
 }
 
+int keytab_remove_locked(struct sr_keytab *t, uint32_t key)
+{
+	struct sr_keyent *e = keytab_find_locked(t, key);
+
+	if (!e)
+		return -ENOENT;
+	e->key = KEY_EMPTY;
+	e->kind = KEY_TOMB;
+	e->obj = NULL;
+	t->used--;
+	t->tombs++;
+	return 0;
+}
+
 int keytab_remove(struct sr_keytab *t, uint32_t key)
 {
-	struct sr_keyent *e;
-	int ret = -ENOENT;
+	int ret;
 
 	pthread_rwlock_wrlock(&t->lock);
-	e = keytab_find_locked(t, key);
-	if (e) {
-		e->key = KEY_EMPTY;
-		e->kind = KEY_TOMB;
-		e->obj = NULL;
-		t->used--;
-		t->tombs++;
-		ret = 0;
-	}
+	ret = keytab_remove_locked(t, key);
 	pthread_rwlock_unlock(&t->lock);
 	return ret;
 }

@@ -333,15 +333,8 @@ int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
 			ret = -EINVAL;
 			goto unlock;
 		}
-		e = keytab_find_locked(&ctx->keys, mw->ibmw.rkey);
-		if (e) {
-			/* Rekey in place: drop the old entry, add the new. */
-			e->key = 0;
-			e->kind = -1;
-			e->obj = NULL;
-			ctx->keys.used--;
-			ctx->keys.tombs++;
-		}
+		/* Rekey: drop the old entry; the new one is added below. */
+		keytab_remove_locked(&ctx->keys, mw->ibmw.rkey);
 	}
 	pthread_rwlock_unlock(&ctx->keys.lock);
 	if (mw->ibmw.type == IBV_MW_TYPE_2 && new_rkey != mw->ibmw.rkey) {

@@ -57,11 +57,6 @@ static bool take_rwqe(struct sr_qp *qp, struct sr_rwqe *out)
 	return true;
 }
 
-static uint32_t rwqe_max_sge(struct sr_qp *qp)
-{
-	return qp->srq ? qp->srq->rq.max_sge : qp->rq.max_sge;
-}
-
 static void recv_complete(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m,
 			  enum ibv_wc_opcode op, enum ibv_wc_status st)
 {
@@ -122,7 +117,6 @@ static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
 	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
 	enum ibv_wc_status st;
 
-	(void)rwqe_max_sge;
 	if (m->rwqe) {
 		/* placed by the channel (qp_place_send) */
 		r = m->rwqe;

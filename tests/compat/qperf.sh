@@ -33,45 +33,16 @@ if [[ ! -x $SOFTRNIC ]]; then
 	exit 1
 fi
 
-tmp=$(mktemp -d)
+# shellcheck source=tests/compat/lib.sh
+. "$(dirname "$0")/lib.sh"
 spid=
-cleanup() {
-	if [[ -n $spid ]]; then
-		kill "$spid" 2>/dev/null
-		wait "$spid" 2>/dev/null
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-failed=0
-fail() {
-	echo "FAIL: $*"
-	failed=1
-}
-
-listening() { [[ -n $(ss -Htln "sport = :$1" 2>/dev/null) ]]; }
-port_used() { [[ -n $(ss -Htan "sport = :$1" 2>/dev/null) ]]; }
-
-# A TCP port no socket uses (qperf's control port), below the ephemeral range
-# so that no outgoing connection can take it meanwhile.
-read -r eph_lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph_lo=32768
-((eph_lo > 12000)) || eph_lo=32768
-free_port() {
-	local p
-	for _ in $(seq 50); do
-		p=$((10000 + RANDOM % (eph_lo - 10000)))
-		port_used "$p" || break
-	done
-	echo "$p"
-}
 
 # The server: qperf with no test argument serves until killed.
 for attempt in 1 2 3; do
 	port=$(free_port)
 	timeout -k 5 $((BUDGET + 20)) "$SOFTRNIC" run -- "$QPERF" -lp "$port" >"$tmp/server" 2>&1 &
 	spid=$!
+	pids+=("$spid")
 	for _ in $(seq 100); do
 		listening "$port" && break
 		kill -0 "$spid" 2>/dev/null || break
