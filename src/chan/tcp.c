@@ -621,11 +621,15 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 			break;
 		}
 		on_req_sent(tc, events);
-		if (tc->state == TS_UP && tc->rlen) {
+		if (tc->state == TS_UP) {
+			bool rx = tc->rlen != 0;
+
+			pthread_mutex_unlock(&tc->lock);
 			/* FPDUs that came in with the MPA reply are already
 			 * read: epoll will not announce them again. */
-			pthread_mutex_unlock(&tc->lock);
-			tcp_rx(tc);
+			if (rx)
+				tcp_rx(tc);
+			tcp_kick(&tc->ch);	/* completes what went out */
 			return;
 		}
 		break;
@@ -646,7 +650,7 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 		if (events & EPOLLOUT)
 			tcp_flush_locked(tc);
 		pthread_mutex_unlock(&tc->lock);
-		if (tc->nfaults)
+		if (tc->nfaults || tc->tx_written)
 			tcp_tx_faults(tc);
 		if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 			tcp_rx(tc);

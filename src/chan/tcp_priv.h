@@ -105,6 +105,9 @@ struct tcp_chan {
 	 * the QP, told after the channel lock is dropped */
 	uint32_t faults[16];
 	int nfaults;
+	/* the last request written that expected no answer (DONE_ON_TX) */
+	bool tx_written;
+	uint32_t tx_written_msn;
 	uint32_t events;		/* epoll events registered */
 	struct sr_qp *qp;
 	uint32_t local_qpn, peer_qpn;

@@ -332,7 +332,8 @@ static bool tx_fault(struct tcp_chan *tc)
 /* Tell the QP about requests sent with a fault. Caller holds no lock. */
 void tcp_tx_faults(struct tcp_chan *tc)
 {
-	uint32_t f[ARRAY_SIZE(tc->faults)];
+	uint32_t f[ARRAY_SIZE(tc->faults)], written;
+	bool any_written;
 	struct sr_qp *qp;
 	int n;
 
@@ -340,14 +341,19 @@ void tcp_tx_faults(struct tcp_chan *tc)
 	n = tc->nfaults;
 	memcpy(f, tc->faults, sizeof(f));
 	tc->nfaults = 0;
+	any_written = tc->tx_written;
+	written = tc->tx_written_msn;
+	tc->tx_written = false;
 	qp = tc->closed ? NULL : tc->qp;
-	if (qp && n)
+	if (qp && (n || any_written))
 		qp_get(qp);
 	pthread_mutex_unlock(&tc->lock);
-	if (!qp || !n)
+	if (!qp || (!n && !any_written))
 		return;
 	for (int i = 0; i < n; i++)
 		qp_tx_fault(qp, f[i]);
+	if (any_written)
+		qp_tx_written(qp, written);
 	qp_put(qp);
 }
 
@@ -427,6 +433,11 @@ void tcp_flush_locked(struct tcp_chan *tc)
 			    (s->done->op == SR_MSG_SEND || s->done->op == SR_MSG_WRITE) &&
 			    tc->nfaults < (int)ARRAY_SIZE(tc->faults))
 				tc->faults[tc->nfaults++] = s->done->msn;
+			if (s->done && (s->done->flags & SR_MSGF_DONE_ON_TX) &&
+			    !(s->done->flags & SR_MSGF_TX_FAULT)) {
+				tc->tx_written = true;
+				tc->tx_written_msn = s->done->msn;
+			}
 			msg_free(s->done);
 			s->done = NULL;
 			tc->slot_head++;
@@ -506,7 +517,7 @@ void tcp_kick(struct sr_chan *ch)
 		}
 	}
 	pthread_mutex_unlock(&tc->lock);
-	if (tc->nfaults)
+	if (tc->nfaults || tc->tx_written)
 		tcp_tx_faults(tc);
 	/* Receives may have been posted: read again if the backlog let us. */
 	if (resume) {

@@ -52,6 +52,9 @@ enum sr_msg_flags {
 	/* sending from msg->src hit a bad page: the rest went as zeros and
 	 * the WQE fails with IBV_WC_LOC_PROT_ERR (qp_tx_fault) */
 	SR_MSGF_TX_FAULT = 1 << 7,
+	/* no answer will come (UC, plain iWARP): the WQE is complete once
+	 * this message has been written to the stream (qp_tx_written) */
+	SR_MSGF_DONE_ON_TX = 1 << 8,
 };
 
 /* Verdicts a responder returns (ACK, TERMINATE). */
@@ -72,7 +75,7 @@ enum sr_status {
 struct sr_msg {
 	struct sr_list link;
 	uint8_t op;
-	uint8_t flags;
+	uint16_t flags;
 	uint8_t status;			/* ACK, TERMINATE */
 	uint8_t atomic_op;		/* SR_ATOMIC_* */
 	uint32_t msn;

@@ -147,6 +147,9 @@ void qp_gone_arm_locked(struct sr_qp *qp);
 /* A channel could not read the payload of request msn (a page unmapped
  * under a by-reference send): the WQE fails with IBV_WC_LOC_PROT_ERR. */
 void qp_tx_fault(struct sr_qp *qp, uint32_t msn);
+/* Requests up to msn that expect no answer (SR_MSGF_DONE_ON_TX) have been
+ * written: their WQEs are complete. */
+void qp_tx_written(struct sr_qp *qp, uint32_t msn);
 void qp_rnr_arm_locked(struct sr_qp *qp, uint32_t msn, uint8_t timer);
 /* Drop every parked request. Caller holds qp->lock. */
 void qp_rx_pending_clear_locked(struct sr_qp *qp);

@@ -705,6 +705,14 @@ void qp_tx_fault(struct sr_qp *qp, uint32_t msn)
 	qp_kick(qp);
 }
 
+void qp_tx_written(struct sr_qp *qp, uint32_t msn)
+{
+	pthread_mutex_lock(&qp->lock);
+	if (qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
+		sq_ack_upto_locked(qp, msn);
+	pthread_mutex_unlock(&qp->lock);
+}
+
 void qp_chan_gone(struct sr_qp *qp)
 {
 	pthread_mutex_lock(&qp->lock);

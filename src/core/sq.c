@@ -284,6 +284,8 @@ static int sq_send_imm(struct sr_qp *qp, struct sr_swqe *w)
 		return -ENOMEM;
 	m->op = SR_MSG_IMM;
 	m->flags = SR_MSGF_IMM | ((w->flags & IBV_SEND_SOLICITED) ? SR_MSGF_SE : 0);
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UC || !qp->chan->acks)
+		m->flags |= SR_MSGF_DONE_ON_TX;
 	m->imm = w->imm;
 	m->msn = w->msn;
 	return chan_send(qp->chan, m);
@@ -336,8 +338,15 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		 * SEND or WRITE is complete once handed to the transport. */
 		if ((is_uc || !qp->chan->acks) &&
 		    (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM)) {
-			w->state = SR_WQE_DONE;
-			w->status = IBV_WC_SUCCESS;
+			if (qp->chan->zcopy) {
+				/* A stream: complete once written (the payload may
+				 * be read from the application's memory until
+				 * then, and a fast poster must not outrun TCP). */
+				m->flags |= SR_MSGF_DONE_ON_TX;
+			} else {
+				w->state = SR_WQE_DONE;
+				w->status = IBV_WC_SUCCESS;
+			}
 		}
 		if (chan_send(qp->chan, m) ||
 		    (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && sq_send_imm(qp, w))) {
