@@ -1,0 +1,244 @@
+/* Unit tests for the safe copies (src/core/memio.c): copies into and out
+ * of application memory that may be unmapped or protected behind our back
+ * fail with -EFAULT and never crash, in both modes (the fault guard and
+ * SOFTRNIC_SAFE_COPY=syscall), from many threads at once; and a fault
+ * that is not ours still reaches the program's handler or kills it.
+ *
+ * The guard is installed once per process, at the first copy, so every
+ * case runs in a forked child that chooses its mode before copying. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+/* A child exits 0 when all its checks hold, 1 + the check number else. */
+#define CHILD_CHECK(n, cond) do { if (!(cond)) _exit(1 + (n)); } while (0)
+
+static long page(void)
+{
+	return sysconf(_SC_PAGESIZE);
+}
+
+/* Run fn in a child with SOFTRNIC_SAFE_COPY=mode (NULL: default) and
+ * return its wait status. Bounded by an alarm in the child. */
+static int in_child(const char *mode, void (*fn)(void))
+{
+	pid_t pid = fork();
+	int st = 0;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		if (mode)
+			setenv("SOFTRNIC_SAFE_COPY", mode, 1);
+		else
+			unsetenv("SOFTRNIC_SAFE_COPY");
+		fn();
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+static void expect_exit0(int st)
+{
+	if (WIFSIGNALED(st))
+		fail_msg("child killed by signal %d", WTERMSIG(st));
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st))
+		fail_msg("child check %d failed", WEXITSTATUS(st) - 1);
+}
+
+/* Good copies copy; a missing page, a PROT_NONE page, a read-only page
+ * (for writes) and a range that runs off its mapping are -EFAULT. */
+static void copies(void)
+{
+	size_t pg = (size_t)page();
+	uint8_t *m = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t buf[64], big[8192];
+
+	CHILD_CHECK(0, m != MAP_FAILED);
+	memset(m, 0xa5, 3 * pg);
+	memset(buf, 0x11, sizeof(buf));
+	CHILD_CHECK(1, mem_write((uintptr_t)m + 10, buf, sizeof(buf)) == 0);
+	CHILD_CHECK(2, m[9] == 0xa5 && m[10] == 0x11 && m[73] == 0x11 && m[74] == 0xa5);
+	memset(buf, 0, sizeof(buf));
+	CHILD_CHECK(3, mem_read(buf, (uintptr_t)m + 10, sizeof(buf)) == 0);
+	CHILD_CHECK(4, buf[0] == 0x11 && buf[63] == 0x11);
+	CHILD_CHECK(5, mem_read(buf, (uintptr_t)m, 0) == 0);
+
+	/* page 1 read-only, page 2 unmapped */
+	CHILD_CHECK(6, mprotect(m + pg, pg, PROT_READ) == 0);
+	CHILD_CHECK(7, munmap(m + 2 * pg, pg) == 0);
+	CHILD_CHECK(8, mem_read(buf, (uintptr_t)m + pg, sizeof(buf)) == 0);
+	CHILD_CHECK(9, buf[0] == 0xa5);
+	CHILD_CHECK(10, mem_write((uintptr_t)m + pg, buf, sizeof(buf)) == -EFAULT);
+	CHILD_CHECK(11, m[pg] == 0xa5);	/* nothing written */
+	CHILD_CHECK(12, mem_read(buf, (uintptr_t)m + 2 * pg, sizeof(buf)) == -EFAULT);
+	CHILD_CHECK(13, mem_write((uintptr_t)m + 2 * pg, buf, sizeof(buf)) == -EFAULT);
+	/* straddling: starts mapped, runs into the hole */
+	CHILD_CHECK(14, mem_read(big, (uintptr_t)m + 2 * pg - 100, sizeof(big)) == -EFAULT);
+	CHILD_CHECK(15, mem_read(buf, 8, sizeof(buf)) == -EFAULT);	/* NULL page */
+	CHILD_CHECK(16, mprotect(m, pg, PROT_NONE) == 0);
+	CHILD_CHECK(17, mem_read(buf, (uintptr_t)m, 8) == -EFAULT);
+	/* and still fine afterwards */
+	CHILD_CHECK(18, mem_read(buf, (uintptr_t)m + pg + 8, 8) == 0);
+	munmap(m, 2 * pg);
+}
+
+static void test_copies_guard(void **state)
+{
+	(void)state;
+	expect_exit0(in_child(NULL, copies));
+}
+
+static void test_copies_syscall(void **state)
+{
+	(void)state;
+	expect_exit0(in_child("syscall", copies));
+}
+
+/* Atomics on a bad address fail the same way. */
+static void atomics(void)
+{
+	uint64_t *v = mmap(NULL, (size_t)page(), PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t orig = 0;
+
+	CHILD_CHECK(0, v != MAP_FAILED);
+	*v = 5;
+	CHILD_CHECK(1, mem_atomic((uintptr_t)v, SR_ATOMIC_FETCH_ADD, 3, 0, &orig) == 0);
+	CHILD_CHECK(2, orig == 5 && *v == 8);
+	CHILD_CHECK(3, mem_atomic((uintptr_t)v, SR_ATOMIC_CMP_SWP, 8, 42, &orig) == 0);
+	CHILD_CHECK(4, orig == 8 && *v == 42);
+	CHILD_CHECK(5, mprotect(v, (size_t)page(), PROT_READ) == 0);
+	CHILD_CHECK(6, mem_atomic((uintptr_t)v, SR_ATOMIC_FETCH_ADD, 1, 0, &orig) == -EFAULT);
+	CHILD_CHECK(7, *v == 42);
+	CHILD_CHECK(8, munmap(v, (size_t)page()) == 0);
+	CHILD_CHECK(9, mem_atomic((uintptr_t)v, SR_ATOMIC_FETCH_ADD, 1, 0, &orig) == -EFAULT);
+}
+
+static void test_atomics(void **state)
+{
+	(void)state;
+	expect_exit0(in_child(NULL, atomics));
+	expect_exit0(in_child("syscall", atomics));
+}
+
+/* Many threads faulting and copying at once: each sees its own result. */
+#define NTHREADS 8
+static uint8_t *hole;
+static _Atomic int thread_bad;
+
+static void *copier(void *arg)
+{
+	uint8_t good[256], out[256];
+	uintptr_t me = (uintptr_t)arg;
+
+	memset(good, (int)me, sizeof(good));
+	for (int i = 0; i < 20000; i++) {
+		if (mem_read(out, (uintptr_t)hole + (size_t)(i % 64), 16) != -EFAULT)
+			thread_bad = 1;
+		if (mem_read(out, (uintptr_t)good, sizeof(good)) || out[255] != (uint8_t)me)
+			thread_bad = 2;
+	}
+	return NULL;
+}
+
+static void threads(void)
+{
+	pthread_t t[NTHREADS];
+
+	hole = mmap(NULL, (size_t)page(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHILD_CHECK(0, hole != MAP_FAILED);
+	for (uintptr_t i = 0; i < NTHREADS; i++)
+		CHILD_CHECK(1, pthread_create(&t[i], NULL, copier, (void *)i) == 0);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(t[i], NULL);
+	CHILD_CHECK(2, thread_bad == 0);
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	expect_exit0(in_child(NULL, threads));
+}
+
+/* A fault of the program's own, after the guard is in: the program's
+ * handler installed before ours still runs ... */
+static void own_handler(int sig)
+{
+	(void)sig;
+	_exit(42);
+}
+
+static void chained(void)
+{
+	uint8_t b[8];
+	volatile uint8_t *bad = mmap(NULL, (size_t)page(), PROT_NONE,
+				     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	signal(SIGSEGV, own_handler);
+	CHILD_CHECK(1, bad != MAP_FAILED);
+	CHILD_CHECK(0, mem_read(b, (uintptr_t)bad, sizeof(b)) == -EFAULT);	/* installs ours */
+	(void)*bad;
+	_exit(3);
+}
+
+static void test_chained(void **state)
+{
+	int st = in_child(NULL, chained);
+
+	(void)state;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 42);
+}
+
+/* ... and without one, the program dies of its SIGSEGV as it would have. */
+static void crashes(void)
+{
+	uint8_t b[8];
+	volatile uint8_t *bad = mmap(NULL, (size_t)page(), PROT_NONE,
+				     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	signal(SIGSEGV, SIG_DFL);
+	CHILD_CHECK(1, bad != MAP_FAILED);
+	CHILD_CHECK(0, mem_read(b, (uintptr_t)bad, sizeof(b)) == -EFAULT);
+	(void)*bad;
+	_exit(3);
+}
+
+static void test_crashes(void **state)
+{
+	int st = in_child(NULL, crashes);
+
+	(void)state;
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGSEGV);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_copies_guard),
+		cmocka_unit_test(test_copies_syscall),
+		cmocka_unit_test(test_atomics),
+		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_chained),
+		cmocka_unit_test(test_crashes),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
