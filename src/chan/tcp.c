@@ -36,6 +36,14 @@ static const char *const tcp_state_name[] = {
 static void tcp_on_event(struct sr_pollable *p, uint32_t events);
 static void tcp_on_timer(struct sr_timer *t);
 
+/* Has a program thread received on this stream lately (DESIGN.md 5)? */
+static bool poller_active(struct tcp_chan *tc)
+{
+	uint64_t last = atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed);
+
+	return last && progress_now_ns() - last < POLL_WINDOW_NS;
+}
+
 /* ---- small helpers --------------------------------------------------- */
 
 void set_state(struct tcp_chan *tc, enum tcp_state s)
@@ -649,6 +657,16 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 	case TS_UP:
 		if (events & EPOLLOUT)
 			tcp_flush_locked(tc);
+		if ((events & EPOLLIN) && !(events & (EPOLLHUP | EPOLLERR)) && poller_active(tc)) {
+			/* A program thread is polling for this stream's
+			 * completions and receives itself: stop competing with
+			 * it (wakeups, locks) until it stops. */
+			tc->poll_owned = true;
+			want(tc, tc->events & ~(uint32_t)EPOLLIN);
+			progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_CHECK_NS);
+			pthread_mutex_unlock(&tc->lock);
+			return;
+		}
 		pthread_mutex_unlock(&tc->lock);
 		if (tc->nfaults || tc->tx_written)
 			tcp_tx_faults(tc);
@@ -661,12 +679,30 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 	pthread_mutex_unlock(&tc->lock);
 }
 
+/* A stream the poller owns: still polled? If not, watch it again (what
+ * waits in the socket is then announced at once). Either way, an ACK the
+ * poller left owed goes now. tc->lock held. */
+static void poll_check_locked(struct tcp_chan *tc)
+{
+	if (poller_active(tc)) {
+		progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_CHECK_NS);
+	} else {
+		tc->poll_owned = false;
+		want(tc, tc->events | rx_events(tc));
+	}
+	if (tc->ack_pending)
+		tcp_flush_locked(tc);
+}
+
 static void tcp_on_timer(struct sr_timer *t)
 {
 	struct tcp_chan *tc = container_of(t, struct tcp_chan, timer);
 
 	pthread_mutex_lock(&tc->lock);
-	if (tc->state == TS_DIALING && tc->pl.fd < 0) {
+	if (tc->state == TS_UP) {
+		if (tc->poll_owned && !tc->closed)
+			poll_check_locked(tc);
+	} else if (tc->state == TS_DIALING && tc->pl.fd < 0) {
 		dial_start(tc);
 	} else if (tc->state != TS_UP && tc->state != TS_DEAD) {
 		pthread_mutex_unlock(&tc->lock);
@@ -803,8 +839,43 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
 	}
 	pthread_mutex_unlock(&t->lock);
 	for (int i = 0; i < n; i++) {
-		tcp_rx_try(busy[i]);
+		tcp_rx_poll(busy[i]);
 		chan_put(&busy[i]->ch);
+	}
+}
+
+void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq)
+{
+	struct sr_tcp_ctx *t = ctx->tcp;
+	struct tcp_chan *owned[64];
+	struct sr_list *pos, *tmp;
+	int n = 0;
+
+	if (!t)
+		return;
+	/* (More than 64 poll-owned streams: the others go back at their
+	 * next check, within POLL_CHECK_NS.) */
+	pthread_mutex_lock(&t->lock);
+	sr_list_for_each_safe(pos, tmp, &t->streams) {
+		struct tcp_chan *tc = container_of(pos, struct tcp_chan, link);
+
+		if (n < (int)ARRAY_SIZE(owned) && tc->poll_owned) {
+			chan_get(&tc->ch);
+			owned[n++] = tc;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	for (int i = 0; i < n; i++) {
+		struct tcp_chan *tc = owned[i];
+
+		pthread_mutex_lock(&tc->lock);
+		if (tc->state == TS_UP && !tc->closed && tc->poll_owned && tc->qp &&
+		    (tc->qp->scq == cq || tc->qp->rcq == cq)) {
+			atomic_store_explicit(&tc->rx_poll_ns, 0, memory_order_relaxed);
+			poll_check_locked(tc);
+		}
+		pthread_mutex_unlock(&tc->lock);
+		chan_put(&tc->ch);
 	}
 }
 

@@ -9,6 +9,7 @@
 #include "wire/iwarp.h"
 #include "wire/srext.h"
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -18,6 +19,11 @@
 					 * matched by order, placed by offset */
 #define HS_TIMEOUT_NS	(60ULL * 1000000000ULL)
 #define RETRY_NS	(50ULL * 1000000ULL)
+/* A program thread that received on a stream (polling an empty CQ) within
+ * POLL_WINDOW_NS owns its receive side: the progress thread stops
+ * watching the socket for input and looks again every POLL_CHECK_NS. */
+#define POLL_WINDOW_NS	(500ULL * 1000ULL)
+#define POLL_CHECK_NS	(1000ULL * 1000ULL)
 
 enum tcp_state {
 	TS_DIALING,		/* connect() in progress */
@@ -94,6 +100,13 @@ struct tcp_chan {
 	bool dialer, crc, ext;
 	bool peer_bye;			/* the peer said goodbye before closing */
 	bool rx_paused;			/* back-pressure: the QP's backlog is full */
+	/* A program thread is busy-polling a CQ of this QP and receives on
+	 * the stream itself: the progress thread does not watch for input
+	 * (no wakeup, no lock contention per message) and the ACK owed for
+	 * what the poller took in may wait for the program's next post or
+	 * poll, so it rides along with the reply (tcp_rx.c). */
+	bool poll_owned;
+	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
 	/* requests sent but not yet answered (ACK, READ/atomic response):
 	 * while some are, a post does not write at once; the answer's arrival
 	 * flushes everything posted meanwhile in one write */
@@ -166,6 +179,11 @@ bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 void set_state(struct tcp_chan *tc, enum tcp_state s);
 void want(struct tcp_chan *tc, uint32_t events);
 void tcp_fail(struct tcp_chan *tc, const char *why);
+/* The input interest the stream should have now (EPOLLIN or 0). */
+static inline uint32_t rx_events(const struct tcp_chan *tc)
+{
+	return tc->rx_paused || tc->poll_owned ? 0 : EPOLLIN;
+}
 
 /* tcp_tx.c: caller holds tc->lock for the _locked ones */
 int tcp_send(struct sr_chan *ch, struct sr_msg *m);
@@ -183,5 +201,9 @@ void tcp_rx(struct tcp_chan *tc);
 /* The same from a program thread: does nothing if another thread is
  * receiving on this stream right now. */
 void tcp_rx_try(struct tcp_chan *tc);
+/* The same for a program thread polling an empty CQ: takes in what one
+ * read brings and returns, leaving the ACK owed to ride on the program's
+ * next post when the stream is poll-owned. */
+void tcp_rx_poll(struct tcp_chan *tc);
 
 #endif

@@ -678,7 +678,18 @@ staged:
  * channel lock guards only what tx shares. Returns why the stream must
  * end, or NULL: the caller ends it after dropping rx_lock, since ending it
  * waits for the progress thread, which may be waiting for rx_lock. */
-static const char *tcp_rx_locked(struct tcp_chan *tc)
+/* Is there nothing to write but a positive ACK? tc->lock held. */
+static bool only_ack_owed(const struct tcp_chan *tc)
+{
+	return sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail;
+}
+
+/* poller: a program thread polling an empty CQ. It returns as soon as a
+ * read delivered something (the program wants its completion), and on a
+ * poll-owned stream leaves the ACK owed pending: the program's reply, if
+ * it posts one, carries it in the same write; its next empty poll, or the
+ * progress thread's check (POLL_CHECK_NS), sends it otherwise. */
+static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 {
 	unsigned int rounds = 0;	/* a long stream flushes answers now
 					 * and then, not only once drained */
@@ -743,6 +754,16 @@ static const char *tcp_rx_locked(struct tcp_chan *tc)
 			}
 			return "protocol error";
 		}
+		if (poller && out.n && !eof) {
+			bool defer;
+
+			pthread_mutex_lock(&tc->lock);
+			defer = tc->poll_owned && only_ack_owed(tc);
+			pthread_mutex_unlock(&tc->lock);
+			if (!defer)
+				tcp_kick_now(tc);
+			return NULL;
+		}
 		/* Answers go out once the socket is drained (or with every
 		 * full batch), not per message: one cumulative ACK for all
 		 * the SENDs one read brought in. */
@@ -760,7 +781,7 @@ void tcp_rx(struct tcp_chan *tc)
 	const char *why;
 
 	pthread_mutex_lock(&tc->rx_lock);
-	why = tcp_rx_locked(tc);
+	why = tcp_rx_locked(tc, false);
 	pthread_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);
@@ -772,7 +793,20 @@ void tcp_rx_try(struct tcp_chan *tc)
 
 	if (pthread_mutex_trylock(&tc->rx_lock))
 		return;
-	why = tcp_rx_locked(tc);
+	why = tcp_rx_locked(tc, false);
+	pthread_mutex_unlock(&tc->rx_lock);
+	if (why)
+		tcp_fail(tc, why);
+}
+
+void tcp_rx_poll(struct tcp_chan *tc)
+{
+	const char *why;
+
+	atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
+	if (pthread_mutex_trylock(&tc->rx_lock))
+		return;
+	why = tcp_rx_locked(tc, true);
 	pthread_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);

@@ -384,7 +384,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 		}
 		if (tc->slot_head == tc->slot_tail) {
 			tc->tx_urgent = false;
-			want(tc, tc->rx_paused ? 0 : EPOLLIN);
+			want(tc, rx_events(tc));
 			return;
 		}
 		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++) {
@@ -407,7 +407,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				want(tc, (tc->rx_paused ? 0 : EPOLLIN) | EPOLLOUT);
+				want(tc, rx_events(tc) | EPOLLOUT);
 			/* other errors: the read side sees the loss */
 			return;
 		}
@@ -524,7 +524,7 @@ void tcp_kick(struct sr_chan *ch)
 		if (!qp_rx_congested(qp)) {
 			pthread_mutex_lock(&tc->lock);
 			tc->rx_paused = false;
-			want(tc, tc->events | EPOLLIN);
+			want(tc, tc->events | rx_events(tc));
 			pthread_mutex_unlock(&tc->lock);
 			tcp_rx_try(tc);
 		}

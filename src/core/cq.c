@@ -239,6 +239,11 @@ int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 
 int cq_arm(struct sr_cq *cq, int solicited_only)
 {
+	struct sr_context *ctx = to_ctx(cq->ibcq.context);
+
+	/* The program will sleep until an event: nobody polls any more. */
+	if (ctx->tcp && ctx->owner == sr_getpid())
+		chan_tcp_unpoll(ctx, cq);
 	pthread_mutex_lock(&cq->lock);
 	/* Arming for "next" wins over "solicited" (ibv_req_notify_cq(3)). */
 	if (!solicited_only)
