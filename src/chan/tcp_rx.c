@@ -693,6 +693,13 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 {
 	unsigned int rounds = 0;	/* a long stream flushes answers now
 					 * and then, not only once drained */
+	bool owed_before;		/* an ACK already waited one poll: it
+					 * waits no longer (a one-way stream
+					 * would starve its sender) */
+
+	pthread_mutex_lock(&tc->lock);
+	owed_before = tc->ack_pending;
+	pthread_mutex_unlock(&tc->lock);
 
 	for (;;) {
 		struct rx_out out = { .n = 0 };
@@ -758,7 +765,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			bool defer;
 
 			pthread_mutex_lock(&tc->lock);
-			defer = tc->poll_owned && only_ack_owed(tc);
+			defer = tc->poll_owned && !owed_before && only_ack_owed(tc);
 			pthread_mutex_unlock(&tc->lock);
 			if (!defer)
 				tcp_kick_now(tc);
