@@ -21,7 +21,8 @@
 
 /* ---- device limits (reported by ibv_query_device and enforced) ---------- */
 #define SR_MAX_QP	254	/* QPN slots 1..254 per context; see DESIGN 4 */
-#define SR_QP_SLOT_UD	255	/* reserved slot for UD (later issue) */
+#define SR_QP_SLOT_NONE	255	/* never a slot: no QPN is ever 0xFFFFFF,
+				 * the multicast QPN (DESIGN 4) */
 #define SR_MAX_QP_WR	16384
 #define SR_MAX_SGE	32
 #define SR_MAX_CQ	65536
@@ -113,6 +114,7 @@ struct sr_context {
 	struct sr_list link;		/* in the process-wide context list */
 	atomic_int npd, nmr, ncq, nqp, nsrq, nmw, nah;
 	struct sr_tcp_ctx *tcp;		/* TCP channel state, lazily (chan/tcp.c) */
+	struct sr_udp_ctx *udp;		/* UD: UDP socket, lazily (chan/udp.c) */
 	atomic_uint_fast64_t mr_bytes;
 };
 
@@ -158,10 +160,31 @@ struct sr_mw {
 };
 static inline struct sr_mw *to_mw(struct ibv_mw *m) { return (struct sr_mw *)m; }
 
+/* A UD destination, resolved once when the AH is made (core/ud.c) and
+ * copied into each send WQE, so an AH may go as soon as the post returns. */
+struct sr_ud_av {
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in in;
+		struct sockaddr_in6 in6;
+	} dst;				/* port set per send, from the QPN */
+	socklen_t dst_len;
+	bool mcast;			/* dgid is a multicast group */
+	union ibv_gid sgid;		/* the source GID (sgid_index) */
+	unsigned int ifindex;		/* ... and its interface */
+	uint8_t hop_limit, tclass;
+	uint32_t flow_label;
+};
+
 struct sr_ah {
 	struct ibv_ah ibah;
 	struct ibv_ah_attr attr;
+	struct sr_ud_av av;
 };
+
+/* ---- UD (core/ud.c) ----------------------------------------------------- */
+int ah_create(struct sr_pd *pd, const struct ibv_ah_attr *attr, struct sr_ah **out);
+void ah_destroy(struct sr_ah *ah);
 
 /* A resolved memory range: process address and the object kept busy. */
 struct sr_mref {

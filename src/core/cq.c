@@ -3,6 +3,7 @@
  */
 #include "core/core.h"
 #include "chan/chan.h"
+#include "chan/udp.h"
 
 #include <unistd.h>
 
@@ -215,6 +216,8 @@ static void cq_progress(struct sr_cq *cq)
 
 	if (ctx->tcp && ctx->owner == sr_getpid())
 		chan_tcp_poll(ctx, cq);
+	if (ctx->udp && ctx->owner == sr_getpid())
+		chan_udp_poll(ctx, cq);		/* UD datagrams (chan/udp.c) */
 }
 
 int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)

@@ -7,6 +7,7 @@
  */
 #include "core/qp.h"
 #include "chan/chan.h"
+#include "chan/udp.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -106,6 +107,7 @@ void ctx_close(struct sr_context *ctx)
 	pthread_mutex_lock(&ctx_list_lock);
 	sr_list_del(&ctx->link);
 	pthread_mutex_unlock(&ctx_list_lock);
+	chan_udp_ctx_close(ctx);	/* before the progress engine goes */
 	chan_tcp_ctx_close(ctx);
 	/* A forked child closing a context must not touch the parent's
 	 * sockets beyond its own copies of the descriptors; close() on a

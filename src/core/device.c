@@ -139,9 +139,10 @@ void dev_fill_attr(struct ibv_device_attr *a)
 	a->max_ee_init_rd_atom = 0;
 	a->atomic_cap = IBV_ATOMIC_HCA;
 	a->max_mw = SR_MAX_MW;
-	a->max_mcast_grp = 0;
-	a->max_mcast_qp_attach = 0;
-	a->max_total_mcast_qp_attach = 0;
+	/* UD multicast (chan/udp.c): a group is a socket per context. */
+	a->max_mcast_grp = 1024;
+	a->max_mcast_qp_attach = SR_MAX_QP;
+	a->max_total_mcast_qp_attach = 1024 * SR_MAX_QP;
 	a->max_ah = SR_MAX_AH;
 	a->max_srq = SR_MAX_SRQ;
 	a->max_srq_wr = SR_MAX_SRQ_WR;

@@ -82,7 +82,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	uint32_t slot;
 	int ret;
 
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC)
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
 		return -EOPNOTSUPP;
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd)
 		return -EINVAL;
@@ -91,6 +91,11 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	ret = qp_check_cap(a);
 	if (ret)
 		return ret;
+	if (a->qp_type == IBV_QPT_UD) {
+		ret = ud_qp_create(ctx);	/* the context's UDP socket */
+		if (ret)
+			return ret;
+	}
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return -ENOMEM;
@@ -144,7 +149,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	atomic_fetch_add(&ctx->nqp, 1);
 	a->cap = qp->cap;
 	sr_dbg("QP %#x created (%s)", qp->ibqp.qp_base.qp_num,
-	       a->qp_type == IBV_QPT_RC ? "RC" : "UC");
+	       a->qp_type == IBV_QPT_RC ? "RC" : a->qp_type == IBV_QPT_UC ? "UC" : "UD");
 	*out = qp;
 	return 0;
 
@@ -190,6 +195,8 @@ int qp_destroy(struct sr_qp *qp)
 	pthread_mutex_unlock(&ctx->lock);
 
 	qp_unlink(qp);
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UD)
+		ud_qp_destroy(qp);
 	if (qp->rnr_pg) {
 		progress_timer_cancel(qp->rnr_pg, &qp->rnr_timer);
 		progress_timer_cancel(qp->rnr_pg, &qp->gone_timer);
@@ -412,7 +419,9 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 			qp_to_error_locked(qp);
 		} else {
 			qp_set_state_locked(qp, next);
-			if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT)
+			/* UD has no peer to link to (core/ud.c). */
+			if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT &&
+			    qp->ibqp.qp_base.qp_type != IBV_QPT_UD)
 				link = true;
 			if (next == IBV_QPS_RTS)
 				qp_sq_progress_locked(qp);

@@ -39,6 +39,9 @@ struct sr_swqe {
 	uint8_t status;			/* enum ibv_wc_status once DONE */
 	uint8_t *inl;			/* inline copy (IBV_SEND_INLINE) */
 	uint64_t rd_got;		/* READ: response bytes landed */
+	/* UD: the destination, copied from the AH at post time */
+	struct sr_ud_av ud_av;
+	uint32_t ud_qpn, ud_qkey;
 	struct ibv_sge sge[];		/* cap.max_send_sge entries */
 };
 
@@ -176,4 +179,30 @@ int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
 		  struct sr_mref *refs, int max);
 int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
 		  struct iovec *iov, struct sr_mref *refs, int max);
+
+/* ---- UD QPs (core/ud.c) ---------------------------------------------------
+ * A UD QP sends and receives datagrams through its context's UDP socket
+ * (chan/udp.c); it has no channel. */
+struct ud_hdr;
+struct ud_grh_info;
+/* Before a UD QP exists: its context's socket must. */
+int ud_qp_create(struct sr_context *ctx);
+/* Destroy: leave the multicast groups it joined (as uverbs does). */
+void ud_qp_destroy(struct sr_qp *qp);
+/* Post: the UD half of sq_fill (address, Q_Key, MTU). qp->lock held. */
+int ud_sq_fill_locked(struct sr_qp *qp, struct sr_swqe *w, const struct ibv_send_wr *wr);
+/* Transmit what is posted; caller holds qp->lock. */
+void ud_sq_progress_locked(struct sr_qp *qp);
+
+/* Why a datagram did not become a receive completion (the channel counts). */
+enum ud_verdict {
+	UD_DELIVERED,
+	UD_DROP_STATE,		/* QP not in RTR/RTS/SQD/SQE, or not UD */
+	UD_DROP_QKEY,		/* Q_Key mismatch (IBTA 10.2.5: silently) */
+	UD_DROP_NO_WQE,		/* no receive posted: UD has no RNR */
+	UD_VERDICT_MAX,
+};
+/* One inbound datagram for qp; takes the QP lock itself. */
+enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8_t *payload,
+			   const struct ud_grh_info *g);
 #endif

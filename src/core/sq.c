@@ -295,6 +295,11 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 {
 	bool is_uc = qp->ibqp.qp_base.qp_type == IBV_QPT_UC;
 
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UD) {
+		ud_sq_progress_locked(qp);	/* datagrams: core/ud.c */
+		return;
+	}
+
 	if (qp->peer_gone && qp->state == IBV_QPS_RTS && qp->sq_next != qp->sq_tail) {
 		qp_gone_arm_locked(qp);
 		return;
@@ -520,6 +525,11 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 		w->num_sge = (uint32_t)wr->num_sge;
 		if (wr->num_sge)
 			memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+	}
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UD) {
+		ret = ud_sq_fill_locked(qp, w, wr);	/* core/ud.c */
+		if (ret)
+			return ret;
 	}
 	w->state = SR_WQE_POSTED;
 	qp->sq_tail++;

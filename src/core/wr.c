@@ -156,7 +156,15 @@ static void x_unsupported(struct ibv_qp_ex *q)
 }
 static void x_send_tso(struct ibv_qp_ex *q, void *h, uint16_t hs, uint16_t mss) { x_unsupported(q); }
 static void x_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *d) { x_unsupported(q); }
-static void x_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey) { x_unsupported(q); }
+static void x_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
+{
+	/* ibv_wr_set_ud_addr(3): the address of the WR just started */
+	if (!tb.open)
+		return;
+	tb.wr.wr.ud.ah = ah;
+	tb.wr.wr.ud.remote_qpn = qpn;
+	tb.wr.wr.ud.remote_qkey = qkey;
+}
 static void x_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn) { x_unsupported(q); }
 
 static void x_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t len)

@@ -4,7 +4,8 @@
 # `softrnic run` on softrnic0, QPs connected by hand (perftest's own TCP
 # exchange, GID index 0). Both ends must exit 0 and the client (and the server,
 # where perftest prints one there) must print a result row with a positive
-# bandwidth or latency. Not covered yet: -R (needs librdmacm) and -c UD.
+# bandwidth or latency. Not covered yet: -R (needs librdmacm); -c UD is in
+# ud_perftest.sh.
 #
 # usage: perftest.sh BUILD_DIR      exit 0 pass, 1 fail, 77 skip
 set -uo pipefail

@@ -4,8 +4,8 @@
 # a client process through `softrnic run`, their QPs connected by hand over
 # softrnic's TCP channel (RoCE identity, GID index 0). Both ends must exit 0
 # and print their "N iters in S seconds = U usec/iter" line; with -c the
-# server must not report "invalid data in page". ibv_ud_pingpong is left out
-# until UD QPs exist.
+# server must not report "invalid data in page". ibv_ud_pingpong has its
+# own script, ud_pingpong.sh.
 #
 # usage: pingpong.sh BUILD_DIR      exit 0 pass, 1 fail, 77 skip
 set -uo pipefail

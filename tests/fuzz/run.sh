@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build the iWARP wire fuzzer (tests/fuzz/fuzz_wire.c) with clang and run
-# it for SECONDS (default 20), starting from a small seed corpus that this
-# script writes.
+# Build the wire fuzzers with clang and run them for SECONDS (default 20)
+# in all: the UD datagram decoder (tests/fuzz/fuzz_ud.c) for a quarter of
+# the time (at least 5 s), then the iWARP decoders (tests/fuzz/fuzz_wire.c)
+# for the rest, each from a small seed corpus that this script writes.
 #
 #   tests/fuzz/run.sh [SECONDS]
 #
@@ -20,7 +21,19 @@ dict=$build/fuzz-wire.dict
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DSOFTRNIC_FUZZ=ON \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire
+cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire fuzz_ud
+
+# UD: a SEND with immediate and a plain SEND (wire/ud.h), and a GRH area.
+ud_secs=$((secs / 4 > 5 ? secs / 4 : 5))
+ud_corpus=$build/fuzz-corpus/ud
+mkdir -p "$ud_corpus" "$artifacts"
+printf 'SU\x01\x65\x80\x01\x23\x45\x00\x0c\x0d\x02\x00\x0a\x0b\x01\x11\x11\x11\x11\xca\xfe\xba\xbe\x00\x00\x00\x03abc' \
+	>"$ud_corpus/seed-imm"
+printf 'SU\x01\x64\x00\x00\x00\x00\x00\x0c\x0d\x02\x00\x0a\x0b\x01\x11\x11\x11\x11\x00\x00\x00\x00\x00\x00\x00\x0chello, world' \
+	>"$ud_corpus/seed-send"
+"$build/bin/fuzz_ud" -max_total_time="$ud_secs" -max_len=4200 -timeout=10 \
+	-print_final_stats=1 -artifact_prefix="$artifacts/" "$ud_corpus"
+secs=$((secs > ud_secs ? secs - ud_secs : 5))
 
 mkdir -p "$corpus" "$artifacts"
 

@@ -192,6 +192,26 @@ static NET_UNUSED void net_sync(struct net_end *n, uint64_t tag)
 
 /* ---- verbs setup ------------------------------------------------------- */
 
+/* UD: RESET->INIT (Q_Key)->RTR->RTS, the IBTA UD attribute set. */
+#define NET_UD_QKEY 0x11111111u
+static NET_UNUSED void net_ud_ready(struct ibv_qp *qp, uint32_t psn)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+		.qkey = NET_UD_QKEY,
+	};
+	int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				   IBV_QP_PORT | IBV_QP_QKEY);
+	CHECK(rc == 0, "UD modify RESET->INIT: %s", strerror(rc));
+	a.qp_state = IBV_QPS_RTR;
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	CHECK(rc == 0, "UD modify INIT->RTR: %s", strerror(rc));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = psn;
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	CHECK(rc == 0, "UD modify RTR->RTS: %s", strerror(rc));
+}
+
 static NET_UNUSED void net_qp_connect(struct net_end *n)
 {
 	const struct net_opts *o = &n->o;
@@ -203,6 +223,10 @@ static NET_UNUSED void net_qp_connect(struct net_end *n)
 	if (n->t.dattr.max_qp_init_rd_atom &&
 	    rd > n->t.dattr.max_qp_init_rd_atom)
 		rd = (uint8_t)n->t.dattr.max_qp_init_rd_atom;
+	if (o->type == IBV_QPT_UD) {
+		net_ud_ready(n->qp, n->me.psn);	/* no peer to name */
+		return;
+	}
 
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,

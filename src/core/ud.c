@@ -1,0 +1,291 @@
+/* Unreliable Datagram QPs: address handles, the UD send queue and the
+ * receive side (IBTA Vol 1 §9.8 and §10.2.5; ibv_post_send(3) "UD").
+ *
+ * A UD send is one datagram of at most the port MTU, handed to the
+ * context's UDP socket (chan/udp.c) in the poster's thread, and complete
+ * once the socket took it. Nothing acknowledges it: a datagram that finds
+ * no receive WQE, the wrong Q_Key or a QP that cannot receive is dropped
+ * at the receiver and counted, as hardware does.
+ */
+#include "core/qp.h"
+#include "chan/udp.h"
+#include "wire/ud.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- address handles ---------------------------------------------------- */
+
+int ah_create(struct sr_pd *pd, const struct ibv_ah_attr *attr, struct sr_ah **out)
+{
+	struct sr_context *ctx = to_ctx(pd->ibpd.context);
+	struct sr_gid tbl[SR_GID_TBL_LEN];
+	struct sr_ah *ah;
+	struct in6_addr grp;
+	int n;
+
+	if (attr->port_num != 1)
+		return -EINVAL;
+	/* RoCE: a destination is an IP address, so the AH needs a GRH
+	 * (the port reports IBV_QPF_GRH_REQUIRED). */
+	if (!attr->is_global)
+		return -EINVAL;
+	n = dev_query_gids(tbl, SR_GID_TBL_LEN);
+	if (attr->grh.sgid_index >= n)
+		return -EINVAL;
+	if (atomic_load(&ctx->nah) >= SR_MAX_AH)
+		return -ENOMEM;
+	ah = calloc(1, sizeof(*ah));
+	if (!ah)
+		return -ENOMEM;
+	ah->attr = *attr;
+	ah->av.sgid = tbl[attr->grh.sgid_index].gid;
+	ah->av.ifindex = tbl[attr->grh.sgid_index].ifindex;
+	ah->av.hop_limit = attr->grh.hop_limit;
+	ah->av.tclass = attr->grh.traffic_class;
+	ah->av.flow_label = attr->grh.flow_label & UD_FLOW_MASK;
+	ah->av.mcast = chan_udp_mgid(&attr->grh.dgid, &grp);
+	ah->av.dst.in6.sin6_family = AF_INET6;
+	if (ah->av.mcast)
+		ah->av.dst.in6.sin6_addr = grp;
+	else
+		memcpy(&ah->av.dst.in6.sin6_addr, attr->grh.dgid.raw, 16);
+	if (IN6_IS_ADDR_LINKLOCAL(&ah->av.dst.in6.sin6_addr) ||
+	    IN6_IS_ADDR_MC_LINKLOCAL(&ah->av.dst.in6.sin6_addr))
+		ah->av.dst.in6.sin6_scope_id = ah->av.ifindex;
+	ah->av.dst_len = sizeof(ah->av.dst.in6);
+	ah->ibah.context = pd->ibpd.context;
+	ah->ibah.pd = &pd->ibpd;
+	ah->ibah.handle = sr_random32();
+	atomic_fetch_add(&pd->refs, 1);
+	atomic_fetch_add(&ctx->nah, 1);
+	*out = ah;
+	return 0;
+}
+
+void ah_destroy(struct sr_ah *ah)
+{
+	atomic_fetch_sub(&to_pd(ah->ibah.pd)->refs, 1);
+	atomic_fetch_sub(&to_ctx(ah->ibah.context)->nah, 1);
+	free(ah);
+}
+
+/* ---- QP lifetime -------------------------------------------------------- */
+
+int ud_qp_create(struct sr_context *ctx)
+{
+	return chan_udp_open(ctx);
+}
+
+void ud_qp_destroy(struct sr_qp *qp)
+{
+	chan_udp_detach_all(qp);
+}
+
+/* ---- send ---------------------------------------------------------------- */
+
+int ud_sq_fill_locked(struct sr_qp *qp, struct sr_swqe *w, const struct ibv_send_wr *wr)
+{
+	struct sr_ah *ah;
+
+	/* ibv_post_send(3): UD carries SEND and SEND_WITH_IMM only. */
+	if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
+		return -EINVAL;
+	/* IBTA C10-93.1.1 forbids emitting a message above the port MTU and
+	 * forbids an error completion for it; refusing the post keeps both
+	 * rules and tells the program at once (rxe instead completes it
+	 * successfully without sending: docs/COMPAT.md). */
+	if (w->length > UD_MAX_PAYLOAD)
+		return -EINVAL;
+	if (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->ibqp.qp_base.context ||
+	    wr->wr.ud.remote_qpn > UD_QPN_MASK)
+		return -EINVAL;
+	ah = container_of(wr->wr.ud.ah, struct sr_ah, ibah);
+	w->ud_av = ah->av;
+	w->ud_qpn = wr->wr.ud.remote_qpn;
+	/* IBTA 10.2.5 / ibv_post_send(3): a Q_Key with the high-order bit
+	 * set means "use the QP's own Q_Key". */
+	w->ud_qkey = (wr->wr.ud.remote_qkey & 0x80000000U) ? qp->attr.qkey
+							     : wr->wr.ud.remote_qkey;
+	return 0;
+}
+
+/* Send one WQE. Returns 0 (settled), -EAGAIN (the socket is full: leave
+ * it posted). */
+static int ud_send_one(struct sr_qp *qp, struct sr_swqe *w)
+{
+	struct iovec iov[1 + SR_MAX_SGE];
+	struct sr_mref refs[SR_MAX_SGE];
+	uint8_t hdr[UD_HDR_LEN];
+	struct ud_hdr h = {
+		.opcode = w->opcode == IBV_WR_SEND_WITH_IMM ? UD_OP_SEND_IMM : UD_OP_SEND,
+		.se = (w->flags & IBV_SEND_SOLICITED) != 0,
+		.flow_label = w->ud_av.flow_label,
+		.dst_qpn = w->ud_qpn,
+		.src_qpn = qp->ibqp.qp_base.qp_num,
+		.qkey = w->ud_qkey,
+		.imm = be32toh(w->imm),
+		.len = (uint32_t)w->length,
+	};
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	int n = 1, nref = 0, ret;
+
+	if (ud_hdr_encode(hdr, sizeof(hdr), &h) < 0) {
+		st = IBV_WC_LOC_QP_OP_ERR;
+		goto settle;
+	}
+	iov[0] = (struct iovec){ hdr, sizeof(hdr) };
+	if (w->flags & IBV_SEND_INLINE) {
+		if (w->length)
+			iov[n++] = (struct iovec){ w->inl, w->length };
+	} else {
+		/* Straight from registered memory: sendmsg copies it, and a
+		 * page unmapped under us is EFAULT, not a crash (DESIGN 12). */
+		for (uint32_t i = 0; i < w->num_sge; i++) {
+			struct ibv_sge *s = &w->sge[i];
+
+			if (!s->length)
+				continue;
+			if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length, 0, false,
+				       &refs[nref])) {
+				st = IBV_WC_LOC_PROT_ERR;
+				goto release;
+			}
+			iov[n++] = (struct iovec){ (void *)refs[nref].addr, s->length };
+			nref++;
+		}
+	}
+	ret = chan_udp_send(qp->ctx, &w->ud_av, w->ud_qpn, iov, n);
+	if (ret == -EAGAIN) {
+		while (nref--)
+			mr_release(&refs[nref]);
+		return -EAGAIN;
+	}
+	if (ret == -EFAULT)
+		st = IBV_WC_LOC_PROT_ERR;
+	/* Any other failure is the network's: a lost datagram. */
+release:
+	while (nref--)
+		mr_release(&refs[nref]);
+settle:
+	w->state = SR_WQE_SENT;
+	qp->sq_next++;
+	sq_settle_locked(qp, w, st);
+	return 0;
+}
+
+void ud_sq_progress_locked(struct sr_qp *qp)
+{
+	while (qp->state == IBV_QPS_RTS && qp->sq_next != qp->sq_tail) {
+		if (ud_send_one(qp, sq_at(qp, qp->sq_next)) == -EAGAIN)
+			break;
+	}
+}
+
+/* ---- receive ------------------------------------------------------------- */
+
+static bool ud_take_rwqe(struct sr_qp *qp, struct sr_rwqe *out)
+{
+	if (qp->srq)
+		return srq_take(qp->srq, out) == 0;
+	if (qp->rq.head == qp->rq.tail)
+		return false;
+	memcpy(out, rq_at(&qp->rq, qp->rq.head), qp->rq.stride);
+	qp->rq.head++;
+	return true;
+}
+
+/* Scatter the GRH area, then the payload, over the WQE's list. */
+static enum ibv_wc_status ud_scatter(struct sr_qp *qp, struct sr_rwqe *r,
+				     const uint8_t *grh, const uint8_t *payload, uint32_t len)
+{
+	const struct iovec src[2] = { { (void *)grh, UD_GRH_LEN }, { (void *)payload, len } };
+	uint64_t room = 0;
+	size_t si = 0, soff = 0;
+
+	for (uint32_t i = 0; i < r->num_sge; i++)
+		room += r->sge[i].length;
+	if (room < (uint64_t)UD_GRH_LEN + len)
+		return IBV_WC_LOC_LEN_ERR;
+	for (uint32_t i = 0; i < r->num_sge && si < 2; i++) {
+		struct ibv_sge *s = &r->sge[i];
+		uint32_t doff = 0;
+
+		while (doff < s->length && si < 2) {
+			size_t n = sr_min((size_t)(s->length - doff), src[si].iov_len - soff);
+			struct sr_mref ref;
+
+			if (n) {
+				if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr + doff, n,
+					       IBV_ACCESS_LOCAL_WRITE, false, &ref))
+					return IBV_WC_LOC_PROT_ERR;
+				if (mem_write(ref.addr, (const uint8_t *)src[si].iov_base + soff, n)) {
+					mr_release(&ref);
+					return IBV_WC_LOC_PROT_ERR;
+				}
+				mr_release(&ref);
+			}
+			doff += (uint32_t)n;
+			soff += n;
+			if (soff == src[si].iov_len) {
+				si++;
+				soff = 0;
+			}
+		}
+	}
+	return IBV_WC_SUCCESS;
+}
+
+enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8_t *payload,
+			   const struct ud_grh_info *g)
+{
+	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
+	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+	uint8_t grh[UD_GRH_LEN];
+	struct ibv_wc wc;
+	enum ibv_wc_status st;
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->ibqp.qp_base.qp_type != IBV_QPT_UD ||
+	    qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE) {
+		pthread_mutex_unlock(&qp->lock);
+		return UD_DROP_STATE;
+	}
+	/* IBTA 10.2.5 (C10-15): a datagram whose Q_Key differs from the
+	 * QP's is dropped silently. */
+	if (h->qkey != qp->attr.qkey) {
+		pthread_mutex_unlock(&qp->lock);
+		return UD_DROP_QKEY;
+	}
+	/* UD has no RNR: with no receive WQE the datagram is lost. */
+	if (!ud_take_rwqe(qp, r)) {
+		pthread_mutex_unlock(&qp->lock);
+		return UD_DROP_NO_WQE;
+	}
+	ud_grh_build(grh, g);
+	st = ud_scatter(qp, r, grh, payload, h->len);
+	memset(&wc, 0, sizeof(wc));
+	wc.wr_id = r->wr_id;
+	wc.status = st;
+	wc.opcode = IBV_WC_RECV;
+	wc.qp_num = qp->ibqp.qp_base.qp_num;
+	if (st == IBV_WC_SUCCESS) {
+		/* ibv_poll_cq(3): for UD, byte_len counts the GRH area too;
+		 * slid, sl and dlid_path_bits are 0 on RoCE. */
+		wc.byte_len = UD_GRH_LEN + h->len;
+		wc.src_qp = h->src_qpn;
+		wc.wc_flags = IBV_WC_GRH;
+		wc.pkey_index = 0;
+		if (h->opcode == UD_OP_SEND_IMM) {
+			wc.wc_flags |= IBV_WC_WITH_IMM;
+			wc.imm_data = htobe32(h->imm);
+		}
+	}
+	/* A receive buffer too small (or not writable) completes in error,
+	 * but the QP keeps running: a peer's datagram must not be able to
+	 * take it down (DESIGN.md decision 8; mlx5 would enter ERROR). */
+	cq_push(qp->rcq, &wc, h->se);
+	pthread_mutex_unlock(&qp->lock);
+	return UD_DELIVERED;
+}
