@@ -21,7 +21,7 @@
 
 /* Datagrams one receive pass takes before it lets others run. */
 #define UDP_RX_BATCH	64
-#define UDP_RCVBUF	(4 << 20)
+#define UDP_RCVBUF	(16 << 20)
 
 enum {
 	ST_RX_OK, ST_RX_BAD, ST_RX_NO_QP, ST_RX_STATE, ST_RX_QKEY, ST_RX_NO_WQE,
@@ -88,6 +88,7 @@ static void udp_deliver(struct sr_udp_ctx *u, uint32_t qpn, const struct ud_hdr 
 	static const int verdict_stat[UD_VERDICT_MAX] = {
 		[UD_DELIVERED] = ST_RX_OK, [UD_DROP_STATE] = ST_RX_STATE,
 		[UD_DROP_QKEY] = ST_RX_QKEY, [UD_DROP_NO_WQE] = ST_RX_NO_WQE,
+		[UD_HELD] = ST_RX_OK,
 	};
 	struct sr_qp *qp = udp_find_qp(u->ctx, qpn);
 	enum ud_verdict v;
@@ -99,7 +100,7 @@ static void udp_deliver(struct sr_udp_ctx *u, uint32_t qpn, const struct ud_hdr 
 	v = ud_deliver(qp, h, payload, g);
 	qp_put(qp);
 	udp_count(u, verdict_stat[v]);
-	if (v != UD_DELIVERED)
+	if (v != UD_DELIVERED && v != UD_HELD)
 		sr_dbg("UD QP %#x: datagram from QP %#x dropped (%d)", qpn, h->src_qpn, (int)v);
 }
 
@@ -421,7 +422,11 @@ static void rx_opts(int fd, int family)
 {
 	int one = 1, sz = UDP_RCVBUF;
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	/* Past net.core.rmem_max where allowed (CAP_NET_ADMIN): a burst of
+	 * full-MTU datagrams from a sender that shares our CPUs outruns a
+	 * receiver that has not been scheduled yet. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 	/* IPv4 datagrams (also on a dual-stack socket) report through the
 	 * IP options, IPv6 ones through the IPv6 options. */
 	setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));

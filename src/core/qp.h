@@ -73,6 +73,7 @@ struct sr_qp {
 	/* responder: inbound requests that wait for a receive WQE (RNR) */
 	struct sr_list rx_pending;
 	uint64_t rx_pending_bytes;
+	uint32_t ud_held;		/* UD: datagrams held in rx_pending */
 	uint32_t rx_expect_msn;
 	uint32_t rx_last_write_len;	/* for IMM after WRITE (RFC 7306) */
 	uint32_t rx_write_acc;		/* bytes of the WRITE being received */
@@ -199,10 +200,13 @@ enum ud_verdict {
 	UD_DELIVERED,
 	UD_DROP_STATE,		/* QP not in RTR/RTS/SQD/SQE, or not UD */
 	UD_DROP_QKEY,		/* Q_Key mismatch (IBTA 10.2.5: silently) */
-	UD_DROP_NO_WQE,		/* no receive posted: UD has no RNR */
+	UD_DROP_NO_WQE,		/* no receive posted, none held: UD has no RNR */
+	UD_HELD,		/* no receive posted yet: held for one */
 	UD_VERDICT_MAX,
 };
 /* One inbound datagram for qp; takes the QP lock itself. */
+/* Receives were posted: complete held datagrams. qp->lock held. */
+void ud_held_drain_locked(struct sr_qp *qp);
 enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8_t *payload,
 			   const struct ud_grh_info *g);
 #endif

@@ -561,6 +561,7 @@ void qp_rx_pending_clear_locked(struct sr_qp *qp)
 		msg_free(m);
 	}
 	qp->rx_pending_bytes = 0;
+	qp->ud_held = 0;
 }
 
 bool qp_rx_congested(struct sr_qp *qp)
@@ -597,7 +598,10 @@ static void rx_drain_pending_locked(struct sr_qp *qp)
 
 void qp_rx_resume_locked(struct sr_qp *qp)
 {
-	rx_drain_pending_locked(qp);
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UD)
+		ud_held_drain_locked(qp);
+	else
+		rx_drain_pending_locked(qp);
 }
 
 static bool is_response(uint8_t op)

@@ -237,32 +237,14 @@ static enum ibv_wc_status ud_scatter(struct sr_qp *qp, struct sr_rwqe *r,
 	return IBV_WC_SUCCESS;
 }
 
-enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8_t *payload,
-			   const struct ud_grh_info *g)
+/* Complete one datagram into a receive WQE. qp->lock held. */
+static void ud_complete_locked(struct sr_qp *qp, struct sr_rwqe *r, const struct ud_hdr *h,
+			       const uint8_t *payload, const struct ud_grh_info *g)
 {
-	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
-	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
 	uint8_t grh[UD_GRH_LEN];
 	struct ibv_wc wc;
 	enum ibv_wc_status st;
 
-	pthread_mutex_lock(&qp->lock);
-	if (qp->ibqp.qp_base.qp_type != IBV_QPT_UD ||
-	    qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE) {
-		pthread_mutex_unlock(&qp->lock);
-		return UD_DROP_STATE;
-	}
-	/* IBTA 10.2.5 (C10-15): a datagram whose Q_Key differs from the
-	 * QP's is dropped silently. */
-	if (h->qkey != qp->attr.qkey) {
-		pthread_mutex_unlock(&qp->lock);
-		return UD_DROP_QKEY;
-	}
-	/* UD has no RNR: with no receive WQE the datagram is lost. */
-	if (!ud_take_rwqe(qp, r)) {
-		pthread_mutex_unlock(&qp->lock);
-		return UD_DROP_NO_WQE;
-	}
 	ud_grh_build(grh, g);
 	st = ud_scatter(qp, r, grh, payload, h->len);
 	memset(&wc, 0, sizeof(wc));
@@ -286,6 +268,96 @@ enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8
 	 * but the QP keeps running: a peer's datagram must not be able to
 	 * take it down (DESIGN.md decision 8; mlx5 would enter ERROR). */
 	cq_push(qp->rcq, &wc, h->se);
+}
+
+/* A datagram that found no receive WQE is held (in qp->rx_pending, as an
+ * sr_msg whose payload starts with its header and GRH facts) until the
+ * program posts one, up to UD_HELD_MAX datagrams and UD_HELD_BYTES; past
+ * that it is lost, as UD allows. A NIC would drop it at once, but on a
+ * host whose CPUs the sender shares, "no WQE yet" mostly means that the
+ * receiving program has not run yet: holding it is the datagram arriving
+ * a little later, which UD allows as well. Not for SRQ-attached QPs,
+ * whose receives are posted to the SRQ, not to them. */
+#define UD_HELD_MAX	4096
+#define UD_HELD_BYTES	(32U << 20)
+
+struct ud_held {
+	struct ud_hdr h;
+	struct ud_grh_info g;
+};
+
+static bool ud_hold_locked(struct sr_qp *qp, const struct ud_hdr *h, const uint8_t *payload,
+			   const struct ud_grh_info *g)
+{
+	struct sr_msg *m;
+	struct ud_held *u;
+
+	if (qp->srq || qp->ud_held >= UD_HELD_MAX ||
+	    qp->rx_pending_bytes + sizeof(*m) + sizeof(*u) + h->len > UD_HELD_BYTES)
+		return false;
+	m = msg_alloc((uint32_t)sizeof(*u) + h->len);
+	if (!m)
+		return false;
+	u = (struct ud_held *)m->payload;
+	u->h = *h;
+	u->g = *g;
+	memcpy(m->payload + sizeof(*u), payload, h->len);
+	sr_list_add_tail(&qp->rx_pending, &m->link);
+	qp->rx_pending_bytes += sizeof(*m) + m->len;
+	qp->ud_held++;
+	return true;
+}
+
+void ud_held_drain_locked(struct sr_qp *qp)
+{
+	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
+	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+
+	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE) {
+		qp_rx_pending_clear_locked(qp);
+		qp->ud_held = 0;
+		return;
+	}
+	while (!sr_list_empty(&qp->rx_pending) && ud_take_rwqe(qp, r)) {
+		struct sr_msg *m = container_of(qp->rx_pending.next, struct sr_msg, link);
+		struct ud_held *u = (struct ud_held *)m->payload;
+
+		sr_list_del(&m->link);
+		qp->rx_pending_bytes -= sizeof(*m) + m->len;
+		qp->ud_held--;
+		ud_complete_locked(qp, r, &u->h, m->payload + sizeof(*u), &u->g);
+		msg_free(m);
+	}
+}
+
+enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8_t *payload,
+			   const struct ud_grh_info *g)
+{
+	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
+	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->ibqp.qp_base.qp_type != IBV_QPT_UD ||
+	    qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE) {
+		pthread_mutex_unlock(&qp->lock);
+		return UD_DROP_STATE;
+	}
+	/* IBTA 10.2.5 (C10-15): a datagram whose Q_Key differs from the
+	 * QP's is dropped silently. */
+	if (h->qkey != qp->attr.qkey) {
+		pthread_mutex_unlock(&qp->lock);
+		return UD_DROP_QKEY;
+	}
+	/* Datagrams held earlier go first, in order. */
+	ud_held_drain_locked(qp);
+	if (!sr_list_empty(&qp->rx_pending) || !ud_take_rwqe(qp, r)) {
+		bool held = ud_hold_locked(qp, h, payload, g);
+
+		pthread_mutex_unlock(&qp->lock);
+		/* UD has no RNR: past the hold, the datagram is lost. */
+		return held ? UD_HELD : UD_DROP_NO_WQE;
+	}
+	ud_complete_locked(qp, r, h, payload, g);
 	pthread_mutex_unlock(&qp->lock);
 	return UD_DELIVERED;
 }
