@@ -5,8 +5,10 @@
 #
 #  1. test_net_datapath --server / --client: every data-path subtest, the
 #     out-of-band exchange over a plain TCP socket across the veth.
-#  2. unmodified ibv_rc_pingpong -g 0 through `softrnic run`, server in ns1,
-#     client in ns2 connecting to 198.18.0.1.
+#  2. unmodified ibv_rc_pingpong -g 0 and ibv_ud_pingpong -g 0 through
+#     `softrnic run`, server in ns1, client in ns2 connecting to 198.18.0.1.
+#  3. perftest: ib_write_bw, ib_read_bw, ib_send_lat (RC), ib_send_bw and
+#     ib_send_lat with -c UD.
 #
 # Usage: netns.sh BUILD_DIR. Needs root and `ip netns`; exits 77 (skip)
 # otherwise. Traffic only ever goes to the addresses created here.
@@ -103,13 +105,15 @@ if ldd "$BUILD/lib/libibverbs.so.1" 2>/dev/null | grep -q libasan; then
 	     ASAN_OPTIONS=detect_leaks=0)
 fi
 
-# ---- 2. unmodified ibv_rc_pingpong -------------------------------------
-if ! command -v ibv_rc_pingpong >/dev/null 2>&1; then
-	echo "SKIP: ibv_rc_pingpong not installed (part 2)"
-else
-	echo "=== ibv_rc_pingpong -g 0: server in $NS1, client in $NS2 -> $A1"
+# ---- 2. unmodified ibv_rc_pingpong and ibv_ud_pingpong -----------------
+for pp in ibv_rc_pingpong ibv_ud_pingpong; do
+	if ! command -v $pp >/dev/null 2>&1; then
+		echo "SKIP: $pp not installed (part 2)"
+		continue
+	fi
+	echo "=== $pp -g 0: server in $NS1, client in $NS2 -> $A1"
 	ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
-		ibv_rc_pingpong -g 0 -p $PORT_PP >"$TMP/pp_srv" 2>&1 &
+		$pp -g 0 -p $PORT_PP >"$TMP/pp_srv" 2>&1 &
 	PIDS+=($!)
 	srv=$!
 	cli_rc=1
@@ -121,7 +125,7 @@ else
 		sleep 0.1
 	done
 	ip netns exec "$NS2" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
-		ibv_rc_pingpong -g 0 -p $PORT_PP $A1 >"$TMP/pp_cli" 2>&1
+		$pp -g 0 -p $PORT_PP $A1 >"$TMP/pp_cli" 2>&1
 	cli_rc=$?
 	wait $srv
 	srv_rc=$?
@@ -135,20 +139,21 @@ else
 	grep -q "local address:.*GID ::ffff:$A2" "$TMP/pp_cli" || ok=0
 	grep -q "remote address:.*GID ::ffff:$A1" "$TMP/pp_cli" || ok=0
 	if [[ $ok -eq 1 ]]; then
-		echo "[PASS] ibv_rc_pingpong across namespaces"
+		echo "[PASS] $pp across namespaces"
 	else
-		echo "[FAIL] ibv_rc_pingpong across namespaces (client $cli_rc, server $srv_rc)"
+		echo "[FAIL] $pp across namespaces (client $cli_rc, server $srv_rc)"
 		fail=1
 	fi
-fi
+done
 
 # ---- 3. unmodified perftest ---------------------------------------------
 if ! command -v ib_write_bw >/dev/null 2>&1; then
 	echo "SKIP: perftest not installed (part 3)"
 else
-	for t in ib_write_bw ib_read_bw ib_send_lat; do
+	for t in ib_write_bw ib_read_bw ib_send_lat "ib_send_bw -c UD" "ib_send_lat -c UD"; do
 		port=$((PORT_PP + 1))
 		echo "=== $t -d softrnic0 -x 0: server in $NS1, client in $NS2 -> $A1"
+		# shellcheck disable=SC2086 # $t is a program and its options
 		ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
 			$t -d softrnic0 -x 0 -p $port -n 200 >"$TMP/pt_srv" 2>&1 &
 		PIDS+=($!)
@@ -157,6 +162,7 @@ else
 			ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$port " && break
 			sleep 0.1
 		done
+		# shellcheck disable=SC2086
 		ip netns exec "$NS2" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
 			$t -d softrnic0 -x 0 -p $port -n 200 $A1 >"$TMP/pt_cli" 2>&1
 		cli_rc=$?
