@@ -74,6 +74,32 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq);
 /* A program armed cq for an event (it is about to sleep): the streams its
  * polling took over from the progress thread go back to it. */
 void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq);
+/* RDMA CM streams (chan/tcp_cm.c, DESIGN.md decision 9): librdmacm
+ * connects a TCP socket and negotiates MPA itself, then hands the socket
+ * to the QP. The stream starts UP with what MPA agreed; rx holds bytes
+ * already read past the MPA frame (at most MPA_MAX_ULPDU). ended(arg,
+ * orderly) is called at most once, from a progress or program thread,
+ * when the stream ends other than by chan_tcp_cm_disconnect (the QP is
+ * then in ERROR already); it must not call back into the channel. */
+struct chan_cm_params {
+	int fd;				/* connected; the channel owns it on success */
+	bool crc, ext;
+	uint16_t ird, ord;
+	const uint8_t *rx;
+	size_t rx_len;
+	void (*ended)(void *arg, bool orderly);
+	void *arg;
+};
+/* Attach to qp (which becomes CM-managed): returns the channel with a
+ * reference for the caller in *out. Caller holds no QP lock. */
+int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct sr_chan **out);
+/* rdma_disconnect: take in what arrived, send what is queued and a
+ * goodbye, close; the QP goes to ERROR (flushing). No ended() call runs
+ * or will run once this returns. Idempotent. */
+void chan_tcp_cm_disconnect(struct sr_chan *ch);
+/* Forget ended() (waiting out a running call) and drop the reference. */
+void chan_tcp_cm_release(struct sr_chan *ch);
+
 /* The context's progress engine (started on first use), for timers. */
 struct sr_progress *chan_progress(struct sr_context *ctx);
 

@@ -88,7 +88,7 @@ bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 
 static void tcp_accept(struct sr_pollable *p, uint32_t events);
 
-static struct sr_tcp_ctx *tcp_ctx_get(struct sr_context *ctx)
+struct sr_tcp_ctx *tcp_ctx_get(struct sr_context *ctx)
 {
 	struct sr_tcp_ctx *t;
 
@@ -128,7 +128,7 @@ out:
 
 static const struct sr_chan_ops tcp_ops;
 
-static struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
+struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
 {
 	struct tcp_chan *tc = calloc(1, sizeof(*tc));
 
@@ -194,7 +194,7 @@ static void tcp_free(struct sr_chan *ch)
 /* Stop all I/O on the stream: the progress thread will not run it again
  * once this returns (unless called from that thread, which is then the
  * one running it). Caller holds no channel lock. */
-static void tcp_shut(struct tcp_chan *tc)
+void tcp_shut(struct tcp_chan *tc)
 {
 	struct sr_tcp_ctx *t = tc->tctx;
 	int fd;
@@ -215,7 +215,7 @@ static void tcp_shut(struct tcp_chan *tc)
 }
 
 /* Drop the stream list's reference (once). */
-static void tcp_unlist(struct tcp_chan *tc)
+void tcp_unlist(struct tcp_chan *tc)
 {
 	struct sr_tcp_ctx *t = tc->tctx;
 	bool listed;
@@ -233,7 +233,7 @@ static void tcp_unlist(struct tcp_chan *tc)
 void tcp_fail(struct tcp_chan *tc, const char *why)
 {
 	struct sr_qp *qp;
-	bool bye;
+	bool bye, cm;
 
 	pthread_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD) {
@@ -244,6 +244,7 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 	if (qp)
 		qp_get(qp);
 	bye = tc->peer_bye;
+	cm = tc->cm;
 	pthread_mutex_unlock(&tc->lock);
 	sr_dbg("tcp %p QP %#x<->%#x %s: %s", (void *)tc, tc->local_qpn, tc->peer_qpn,
 	       bye ? "closed by the peer" : "lost", why);
@@ -252,7 +253,9 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 		/* A peer that said goodbye destroyed its QP on purpose (IB:
 		 * nothing happens until we need it); one that vanished
 		 * (killed, reset) takes the QP to ERROR at once. */
-		if (bye)
+		if (cm)
+			tcp_cm_ended(tc, qp, bye);	/* tcp_cm.c */
+		else if (bye)
 			qp_chan_gone(qp);
 		else
 			qp_chan_lost(qp);
@@ -265,7 +268,7 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 /* Before closing: write what is queued (answers the peer is owed, the
  * goodbye), waiting at most a second for room, then send FIN. Caller
  * holds tc->lock. */
-static void tcp_drain_locked(struct tcp_chan *tc)
+void tcp_drain_locked(struct tcp_chan *tc)
 {
 	uint64_t until = progress_now_ns() + 1000000000ULL;
 
@@ -712,7 +715,7 @@ static void tcp_on_timer(struct sr_timer *t)
 	pthread_mutex_unlock(&tc->lock);
 }
 
-static void tune_socket(int fd, const struct sr_qp *qp)
+void tune_socket(int fd, const struct sr_qp *qp)
 {
 	int one = 1;
 

@@ -122,6 +122,13 @@ struct tcp_chan {
 	bool tx_written;
 	uint32_t tx_written_msn;
 	uint32_t events;		/* epoll events registered */
+	/* A stream the RDMA CM negotiated (tcp_cm.c): when it ends for any
+	 * reason but the CM's own disconnect, the QP goes to ERROR and
+	 * cm_ended (if still set) is called once, from the thread that saw
+	 * the end; cm_busy while it runs. */
+	bool cm, cm_busy;
+	void (*cm_ended)(void *arg, bool orderly);
+	void *cm_arg;
 	struct sr_qp *qp;
 	uint32_t local_qpn, peer_qpn;
 	struct sockaddr_storage peer;
@@ -184,6 +191,20 @@ static inline uint32_t rx_events(const struct tcp_chan *tc)
 {
 	return tc->rx_paused || tc->poll_owned ? 0 : EPOLLIN;
 }
+
+struct sr_tcp_ctx *tcp_ctx_get(struct sr_context *ctx);
+/* A new stream on fd (-1: none yet), listed in t->streams (one ref). */
+struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd);
+/* Stop all I/O and close the socket; caller holds no channel lock. */
+void tcp_shut(struct tcp_chan *tc);
+/* Drop the stream list's reference (once). */
+void tcp_unlist(struct tcp_chan *tc);
+/* Write what is queued (at most a second), then FIN. tc->lock held. */
+void tcp_drain_locked(struct tcp_chan *tc);
+void tune_socket(int fd, const struct sr_qp *qp);
+
+/* tcp_cm.c: a CM stream ended (tcp_fail, no lock held, qp referenced). */
+void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly);
 
 /* tcp_tx.c: caller holds tc->lock for the _locked ones */
 int tcp_send(struct sr_chan *ch, struct sr_msg *m);

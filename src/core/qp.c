@@ -419,9 +419,11 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 			qp_to_error_locked(qp);
 		} else {
 			qp_set_state_locked(qp, next);
-			/* UD has no peer to link to (core/ud.c). */
+			/* UD has no peer to link to (core/ud.c); the CM
+			 * brings up its own QPs' streams. */
 			if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT &&
-			    qp->ibqp.qp_base.qp_type != IBV_QPT_UD)
+			    qp->ibqp.qp_base.qp_type != IBV_QPT_UD &&
+			    !qp->cm && qp->attr.dest_qp_num != SR_QPN_CM)
 				link = true;
 			if (next == IBV_QPS_RTS)
 				qp_sq_progress_locked(qp);

@@ -10,6 +10,12 @@
 
 #include <sys/uio.h>
 
+/* The destination QPN rdma_init_qp_attr(3) hands a program that moves
+ * its own QP (rping -q): 0xFFFFFF is the IB multicast QPN, never an RC
+ * peer's, so an RC/UC QP whose RTR names it is connected by the RDMA CM
+ * and must not dial a peer by hand (DESIGN.md decision 9). */
+#define SR_QPN_CM 0xffffffU
+
 /* Private send flag: a BIND_MW WQE made by ibv_bind_mw (type 1). */
 #define SR_SEND_BIND_TYPE1 (1U << 31)
 
@@ -79,6 +85,8 @@ struct sr_qp {
 	uint32_t rx_write_acc;		/* bytes of the WRITE being received */
 
 	/* connection */
+	bool cm;			/* connected by the RDMA CM (librdmacm):
+					 * RTR starts no hand-connect */
 	struct sr_chan *chan;
 	atomic_int refs;
 	bool dying;

@@ -50,6 +50,16 @@ struct mpa_frame {
 	bool markers;		/* M */
 	bool crc;		/* C */
 	bool reject;		/* R (replies only; ignored in requests) */
+	/* Reserved bits of the flags byte that softrnic uses between its own
+	 * peers (siw already takes 0x10 Enhanced and 0x08 GSO_EXP): 0x04 says
+	 * "softrnic extensions" (ACK, RNR, SEND with immediate: srext.h) and
+	 * is set in a request and its reply when the sender speaks them; a
+	 * peer that leaves it clear is plain iWARP. 0x02, only in a softrnic
+	 * reject reply, says the reject is rdma_reject_ece's (IB reason 35)
+	 * rather than the consumer's (28). Other RNICs ignore reserved bits
+	 * (RFC 5044 §7.1: "set to zero ... ignored on receive"). */
+	bool softrnic;
+	bool ece_reject;
 	uint8_t rev;		/* 1 or 2 */
 	/* RFC 6581 enhanced mode: rev 2 with the Enhanced flag (0x10 of the
 	 * flags byte), and the IRD/ORD word as the first 4 bytes of the

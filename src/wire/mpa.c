@@ -18,6 +18,9 @@
 #define MPA_F_CRC		0x40
 #define MPA_F_REJECT		0x20
 #define MPA_F_ENHANCED		0x10
+/* siw takes 0x08 (GSO_EXP); softrnic takes 0x04 and 0x02, see iwarp.h. */
+#define MPA_F_SOFTRNIC		0x04
+#define MPA_F_ECE_REJECT	0x02
 
 #define MPA_OFF_FLAGS		16
 #define MPA_OFF_REV		17
@@ -64,6 +67,11 @@ static uint8_t mpa_flags(const struct mpa_frame *f)
 		flags |= MPA_F_REJECT;
 	if (f->enhanced)
 		flags |= MPA_F_ENHANCED;
+	if (f->softrnic)
+		flags |= MPA_F_SOFTRNIC;
+	/* meaningful only in a softrnic reject */
+	if (f->softrnic && f->reply && f->reject && f->ece_reject)
+		flags |= MPA_F_ECE_REJECT;
 	return flags;
 }
 
@@ -150,6 +158,8 @@ static void mpa_frame_fill(const uint8_t *buf, uint16_t pd_wire,
 	f->markers = flags & MPA_F_MARKERS;
 	f->crc = flags & MPA_F_CRC;
 	f->reject = f->reply && (flags & MPA_F_REJECT);
+	f->softrnic = flags & MPA_F_SOFTRNIC;
+	f->ece_reject = f->softrnic && f->reject && (flags & MPA_F_ECE_REJECT);
 	f->rev = buf[MPA_OFF_REV];
 	/* in rev 1 the Enhanced bit is reserved: not checked */
 	f->enhanced = f->rev == MPA_REV_2 && (flags & MPA_F_ENHANCED);

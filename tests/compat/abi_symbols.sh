@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # abi_symbols.sh BUILD_DIR
 #
-# Checks that our libibverbs.so.1 exports everything rdma-core 44's does:
+# Checks that our libibverbs.so.1 (or, with SOFTRNIC_ABI_LIB=librdmacm.so.1,
+# our librdmacm.so.1: abi_symbols_rdmacm.sh) exports everything rdma-core
+# 44's does:
 # each (name, version node, default-or-compat) triple of the real library's
 # dynamic symbol table, the version nodes themselves, and their parent
 # chain.  Programs and providers are linked with BIND_NOW (ABI.md §1), so a
@@ -17,8 +19,13 @@
 set -u -o pipefail
 
 build=${1:?usage: abi_symbols.sh BUILD_DIR}
-ours="$build/lib/libibverbs.so.1"
-real=${SOFTRNIC_REAL_LIBIBVERBS:-/usr/lib/x86_64-linux-gnu/libibverbs.so.1}
+lib=${SOFTRNIC_ABI_LIB:-libibverbs.so.1}
+ours="$build/lib/$lib"
+if [[ $lib == libibverbs.so.1 ]]; then
+	real=${SOFTRNIC_REAL_LIBIBVERBS:-/usr/lib/x86_64-linux-gnu/$lib}
+else
+	real=${SOFTRNIC_REAL_LIB:-/usr/lib/x86_64-linux-gnu/$lib}
+fi
 
 # Every external command is bounded so a wedged tool cannot hang CI.
 run() { timeout 60 "$@"; }
@@ -30,7 +37,7 @@ if ! command -v objdump >/dev/null || ! command -v readelf >/dev/null; then
 fi
 if [[ ! -e $real ]]; then
 	echo "abi_symbols: SKIP: rdma-core's $real not found;" \
-	     "install with: sudo apt-get install libibverbs1"
+	     "install with: sudo apt-get install libibverbs1 librdmacm1"
 	exit 77
 fi
 if [[ ! -e $ours ]]; then
@@ -101,7 +108,8 @@ done <<<"$real_syms"
 
 # The one data symbol providers read, named explicitly so a regression
 # shows up even if the real library changes.
-if [[ ${kind["verbs_allow_disassociate_destroy IBVERBS_PRIVATE_34"]:-} != object ]]; then
+if [[ $lib == libibverbs.so.1 &&
+      ${kind["verbs_allow_disassociate_destroy IBVERBS_PRIVATE_34"]:-} != object ]]; then
 	echo "wrong type: verbs_allow_disassociate_destroy must be an OBJECT (data)"
 	failed=1
 fi
@@ -131,5 +139,5 @@ while read -r name ver k; do
 	[[ -z ${real_have["$name $ver"]:-} ]] && echo "note: extra export $name $ver"
 done <<<"$our_syms"
 
-echo "abi_symbols: $present of $total present"
+echo "abi_symbols: $lib: $present of $total present"
 exit $failed

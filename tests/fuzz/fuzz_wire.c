@@ -39,6 +39,7 @@ static bool frame_same(const struct mpa_frame *a, const struct mpa_frame *b)
 	       a->rev == b->rev && a->enhanced == b->enhanced &&
 	       a->peer2peer == b->peer2peer && a->ird == b->ird &&
 	       a->ord == b->ord && a->rtr == b->rtr &&
+	       a->softrnic == b->softrnic && a->ece_reject == b->ece_reject &&
 	       a->pd_len == b->pd_len &&
 	       (!a->pd_len || !memcmp(a->pd, b->pd, a->pd_len));
 }
@@ -61,7 +62,8 @@ static void fuzz_mpa_frame(const uint8_t *p, size_t n)
 	CHECK(frame_same(&a, &b));
 
 	/* byte for byte but for the flag bits that are reserved here */
-	keep = 0xc0 | (a.reply ? 0x20 : 0) | (a.rev == MPA_REV_2 ? 0x10 : 0);
+	keep = 0xc0 | (a.reply ? 0x20 : 0) | (a.rev == MPA_REV_2 ? 0x10 : 0) | 0x04 |
+	       (a.softrnic && a.reject ? 0x02 : 0);
 	CHECK(!memcmp(out, p, MPA_KEY_LEN));
 	CHECK((out[16] & keep) == (p[16] & keep));
 	CHECK(!memcmp(out + 17, p + 17, (size_t)r - 17));

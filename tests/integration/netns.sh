@@ -9,6 +9,10 @@
 #     `softrnic run`, server in ns1, client in ns2 connecting to 198.18.0.1.
 #  3. perftest: ib_write_bw, ib_read_bw, ib_send_lat (RC), ib_send_bw and
 #     ib_send_lat with -c UD.
+#  4. the connection manager: cm_conn --server / --client (connect with
+#     private data, data both ways, own QPs, many connections, reject),
+#     CM to 198.18.0.1, and unmodified rping -v -C 50 with its data
+#     compared.
 #
 # Usage: netns.sh BUILD_DIR. Needs root and `ip netns`; exits 77 (skip)
 # otherwise. Traffic only ever goes to the addresses created here.
@@ -178,6 +182,59 @@ else
 			fail=1
 		fi
 	done
+fi
+
+# ---- 4. the connection manager -------------------------------------------
+CM=$BUILD/bin/integ_cm_conn
+PORT_CM_OOB=17401
+PORT_RPING=17402
+if [[ ! -x $CM || ! -e $BUILD/lib/librdmacm.so.1 ]]; then
+	echo "[FAIL] cm_conn across namespaces: $CM or librdmacm.so.1 not built"
+	fail=1
+else
+	echo "=== cm_conn: server in $NS1 (CM on 0.0.0.0), client in $NS2 -> $A1"
+	ip netns exec "$NS1" timeout 150 "$CM" --server $PORT_CM_OOB >"$TMP/cm_srv" 2>&1 &
+	PIDS+=($!)
+	srv=$!
+	ip netns exec "$NS2" timeout 150 "$CM" --client $A1 $PORT_CM_OOB >"$TMP/cm_cli" 2>&1
+	cli_rc=$?
+	wait $srv
+	srv_rc=$?
+	sed 's/^/  server: /' "$TMP/cm_srv"
+	sed 's/^/  client: /' "$TMP/cm_cli"
+	if [[ $cli_rc -eq 0 && $srv_rc -eq 0 ]] && grep -q ' passed$' "$TMP/cm_cli"; then
+		echo "[PASS] cm_conn across namespaces"
+	else
+		echo "[FAIL] cm_conn across namespaces (client $cli_rc, server $srv_rc)"
+		fail=1
+	fi
+fi
+if ! command -v rping >/dev/null 2>&1; then
+	echo "SKIP: rping not installed (part 4)"
+elif [[ -e $BUILD/lib/librdmacm.so.1 ]]; then
+	echo "=== rping -v -V -C 50: server in $NS1 on $A1, client in $NS2 -> $A1"
+	ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
+		rping -s -a $A1 -p $PORT_RPING -v -V -C 50 >"$TMP/rp_srv" 2>&1 &
+	PIDS+=($!)
+	srv=$!
+	for _ in $(seq 1 50); do
+		ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$PORT_RPING " && break
+		sleep 0.1
+	done
+	ip netns exec "$NS2" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
+		rping -c -a $A1 -p $PORT_RPING -v -V -C 50 >"$TMP/rp_cli" 2>&1
+	cli_rc=$?
+	wait $srv
+	srv_rc=$?
+	n=$(grep -c '^ping data: rdma-ping-[0-9]*: ' "$TMP/rp_cli")
+	if [[ $cli_rc -eq 0 && $srv_rc -eq 0 && $n -eq 50 ]]; then
+		echo "[PASS] rping across namespaces ($n pings)"
+	else
+		sed 's/^/  server: /' "$TMP/rp_srv"
+		sed 's/^/  client: /' "$TMP/rp_cli"
+		echo "[FAIL] rping across namespaces (client $cli_rc, server $srv_rc, $n pings)"
+		fail=1
+	fi
 fi
 
 exit $fail

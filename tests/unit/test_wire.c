@@ -169,6 +169,55 @@ static void test_mpa_rev1_ignores_enhanced_bit(void **state)
 	assert_ptr_equal(d.pd, in + 20);
 }
 
+/* softrnic's reserved flag bits: 0x04 "softrnic extensions" in requests
+ * and replies, 0x02 "ECE reject" only in a softrnic reject reply. A v2
+ * enhanced softrnic request with CRC: 0x40 | 0x10 | 0x04 = 0x54. */
+static void test_mpa_softrnic_flags(void **state)
+{
+	static const uint8_t want[] = {
+		KEY_REQ, 0x54, 0x02, 0x00, 0x05, 0x00, 0x01, 0x00, 0x02, 'x',
+	};
+	struct mpa_frame f = {
+		.crc = true, .rev = 2, .enhanced = true, .softrnic = true,
+		.ece_reject = true,	/* not a reject: not sent */
+		.ird = 1, .ord = 2, .pd = (const uint8_t *)"x", .pd_len = 1,
+	};
+	struct mpa_frame d;
+	uint8_t buf[64];
+
+	(void)state;
+	assert_int_equal(mpa_frame_encode(buf, sizeof(buf), &f), 25);
+	assert_memory_equal(buf, want, sizeof(want));
+	assert_int_equal(mpa_frame_decode(want, sizeof(want), &d), 25);
+	assert_true(d.softrnic);
+	assert_false(d.ece_reject);
+	assert_int_equal(d.ird, 1);
+	assert_int_equal(d.ord, 2);
+
+	/* a softrnic ECE reject: R 0x20 | 0x04 | 0x02 */
+	f.reply = f.reject = true;
+	f.enhanced = false;
+	f.crc = false;
+	assert_int_equal(mpa_frame_encode(buf, sizeof(buf), &f), 21);
+	assert_int_equal(buf[16], 0x26);
+	assert_int_equal(mpa_frame_decode(buf, 21, &d), 21);
+	assert_true(d.reject && d.softrnic && d.ece_reject);
+
+	/* 0x02 means nothing without 0x04, nor outside a reject */
+	buf[16] = 0x22;
+	assert_int_equal(mpa_frame_decode(buf, 21, &d), 21);
+	assert_false(d.softrnic);
+	assert_false(d.ece_reject);
+	buf[16] = 0x06;
+	assert_int_equal(mpa_frame_decode(buf, 21, &d), 21);
+	assert_true(d.softrnic);
+	assert_false(d.ece_reject);
+
+	/* a plain iWARP frame leaves both clear */
+	assert_int_equal(mpa_frame_decode(mpa_rep_v2, sizeof(mpa_rep_v2), &d), 27);
+	assert_false(d.softrnic);
+}
+
 static void test_mpa_decode_rejects(void **state)
 {
 	uint8_t b[sizeof(mpa_rep_v2)];
@@ -1111,6 +1160,7 @@ int main(void)
 		cmocka_unit_test(test_mpa_rep_rev2_enhanced),
 		cmocka_unit_test(test_mpa_rtr_send_and_limits),
 		cmocka_unit_test(test_mpa_reject),
+		cmocka_unit_test(test_mpa_softrnic_flags),
 		cmocka_unit_test(test_mpa_rev1_ignores_enhanced_bit),
 		cmocka_unit_test(test_mpa_decode_rejects),
 		cmocka_unit_test(test_mpa_encode_rejects),

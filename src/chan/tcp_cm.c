@@ -1,0 +1,233 @@
+/* TCP streams brought up by the RDMA CM (DESIGN.md decisions 4 and 9).
+ *
+ * librdmacm dials or accepts on the application's own port and runs the
+ * MPA request/reply exchange itself (src/cm/). What it then holds is a
+ * connected socket and what MPA agreed: CRC, IRD/ORD, and whether both ends
+ * set softrnic's extension flag. This file turns that into an ordinary
+ * tcp_chan in the UP state attached to the QP, so the data path is the
+ * one hand-connected QPs use (tcp_tx.c, tcp_rx.c), and reports the end of
+ * the stream back to the CM, which raises RDMA_CM_EVENT_DISCONNECTED.
+ *
+ * Unlike a hand-connected QP, whose peer leaving in an orderly way leaves
+ * it alone until it next needs the peer (qp_chan_gone), a CM QP goes to
+ * ERROR when its connection ends, flushing its queues: that is what
+ * rdma_disconnect(3) promises on both sides.
+ */
+#include "chan/tcp_priv.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+/* The connection is over: ERROR, without the QP_FATAL async event a lost
+ * hand-connected stream raises (a disconnect is no fault). */
+static void cm_qp_error(struct sr_qp *qp)
+{
+	pthread_mutex_lock(&qp->lock);
+	if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
+		qp_to_error_locked(qp);
+	pthread_mutex_unlock(&qp->lock);
+}
+
+/* The stream is shut: give back the MRs a half-placed segment or SEND
+ * holds (tcp_rx.c direct placement), or the program's ibv_dereg_mr
+ * would wait for them until it destroys the QP, which programs do after
+ * deregistering (qperf). Caller holds no stream lock. */
+static void cm_release_placements(struct tcp_chan *tc)
+{
+	pthread_mutex_lock(&tc->rx_lock);
+	for (int i = 0; i < tc->sd.n; i++)
+		mr_release(&tc->sd.refs[i]);
+	tc->sd.n = 0;
+	tc->sd.active = false;
+	for (int i = 0; i < tc->dr.nrefs; i++)
+		mr_release(&tc->dr.refs[i]);
+	tc->dr.nrefs = 0;
+	tc->dr.active = false;
+	pthread_mutex_unlock(&tc->rx_lock);
+	/* ... and the sends still queued, which hold theirs (zero copy) */
+	pthread_mutex_lock(&tc->lock);
+	if (tc->state == TS_DEAD) {
+		while (!sr_list_empty(&tc->txq)) {
+			struct sr_msg *m = container_of(tc->txq.next, struct sr_msg, link);
+
+			sr_list_del(&m->link);
+			msg_free(m);
+		}
+		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++)
+			if (tc->slot[i % TX_SLOTS].done && tc->slot[i % TX_SLOTS].done != tc->cur)
+				msg_free(tc->slot[i % TX_SLOTS].done);
+		msg_free(tc->cur);
+		tc->cur = NULL;
+		tc->slot_head = tc->slot_tail;
+	}
+	pthread_mutex_unlock(&tc->lock);
+}
+
+void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly)
+{
+	void (*cb)(void *, bool);
+	void *arg;
+
+	cm_release_placements(tc);
+	cm_qp_error(qp);
+	pthread_mutex_lock(&tc->lock);
+	cb = tc->cm_ended;
+	arg = tc->cm_arg;
+	tc->cm_ended = NULL;
+	tc->cm_busy = cb != NULL;
+	pthread_mutex_unlock(&tc->lock);
+	if (!cb)
+		return;
+	cb(arg, orderly);
+	pthread_mutex_lock(&tc->lock);
+	tc->cm_busy = false;
+	pthread_mutex_unlock(&tc->lock);
+}
+
+/* No ended() call runs or will run after this. */
+static void cm_quiet(struct tcp_chan *tc)
+{
+	pthread_mutex_lock(&tc->lock);
+	tc->cm_ended = NULL;
+	while (tc->cm_busy) {
+		pthread_mutex_unlock(&tc->lock);
+		sched_yield();
+		pthread_mutex_lock(&tc->lock);
+	}
+	pthread_mutex_unlock(&tc->lock);
+}
+
+int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct sr_chan **out)
+{
+	struct sr_tcp_ctx *t = tcp_ctx_get(qp->ctx);
+	struct tcp_chan *tc;
+	int ret;
+
+	if (!t)
+		return -ENOMEM;
+	if (p->fd < 0 || p->rx_len > RX_BUF)
+		return -EINVAL;
+	tc = tcp_chan_new(t, p->fd);
+	if (!tc)
+		return -ENOMEM;
+
+	pthread_mutex_lock(&tc->lock);
+	tc->cm = true;
+	tc->cm_ended = p->ended;
+	tc->cm_arg = p->arg;
+	tc->qp = qp;
+	tc->local_qpn = qp->ibqp.qp_base.qp_num;
+	tc->rc = qp->ibqp.qp_base.qp_type == IBV_QPT_RC;
+	tc->crc = p->crc;
+	tc->ext = p->ext;
+	tc->ch.acks = p->ext;
+	tc->ch.no_send_imm = !p->ext;
+	tc->ird = p->ird;
+	tc->ord = p->ord;
+	if (p->rx_len)
+		memcpy(tc->rbuf, p->rx, p->rx_len);
+	tc->rlen = p->rx_len;
+	/* UP before the progress thread can see it: its first event must
+	 * find a data stream, not a handshake. */
+	set_state(tc, TS_UP);
+	pthread_mutex_unlock(&tc->lock);
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->chan || qp->dying || qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE) {
+		ret = qp->chan ? -EBUSY : -EINVAL;
+		pthread_mutex_unlock(&qp->lock);
+		goto err_unlist;
+	}
+	qp->cm = true;
+	chan_get(&tc->ch);			/* the QP's reference */
+	qp->chan = &tc->ch;
+	tune_socket(p->fd, qp);
+	pthread_mutex_unlock(&qp->lock);
+
+	pthread_mutex_lock(&tc->lock);
+	if (progress_add(t->pg, &tc->pl, EPOLLIN)) {
+		tc->cm_ended = NULL;	/* the caller learns from the return */
+		pthread_mutex_unlock(&tc->lock);
+		/* Attached: the QP's own teardown closes the socket now. */
+		tcp_fail(tc, "epoll");
+		*out = NULL;
+		return -ENOMEM;
+	}
+	tc->events = EPOLLIN;
+	tcp_flush_locked(tc);
+	pthread_mutex_unlock(&tc->lock);
+
+	sr_dbg("tcp %p QP %#x: CM stream up (crc %d ext %d ird %u ord %u)", (void *)tc,
+	       tc->local_qpn, tc->crc, tc->ext, tc->ird, tc->ord);
+	/* Work posted before the stream existed can go now. */
+	pthread_mutex_lock(&qp->lock);
+	qp_sq_progress_locked(qp);
+	pthread_mutex_unlock(&qp->lock);
+	qp_kick(qp);
+	/* Bytes that came with the MPA frame are read already: epoll will
+	 * not announce them again. */
+	if (tc->rlen)
+		tcp_rx_try(tc);
+	chan_get(&tc->ch);			/* the caller's */
+	*out = &tc->ch;
+	return 0;
+
+err_unlist:
+	/* The caller keeps the socket on failure. */
+	pthread_mutex_lock(&tc->lock);
+	tc->pl.fd = -1;
+	tc->cm_ended = NULL;
+	tc->qp = NULL;
+	set_state(tc, TS_DEAD);
+	pthread_mutex_unlock(&tc->lock);
+	tcp_unlist(tc);
+	return ret;
+}
+
+void chan_tcp_cm_disconnect(struct sr_chan *ch)
+{
+	struct tcp_chan *tc = to_tc(ch);
+	bool mine = tc->tctx->ctx->owner == sr_getpid();
+	struct sr_qp *qp;
+
+	cm_quiet(tc);
+	/* What already arrived is the application's, as on tcp_close. */
+	if (mine)
+		tcp_rx(tc);
+	pthread_mutex_lock(&tc->lock);
+	qp = tc->closed ? NULL : tc->qp;
+	if (qp)
+		qp_get(qp);
+	if (tc->state == TS_UP && tc->pl.fd >= 0 && mine) {
+		struct sr_msg *m = tc->ext ? msg_alloc(0) : NULL;
+
+		ack_flush_locked(tc);
+		if (m) {
+			m->op = SR_MSG_ACK;
+			m->status = SR_ST_BYE;
+			m->msn = tc->rx_req_msn;
+			sr_list_add_tail(&tc->txq, &m->link);
+		}
+		tcp_drain_locked(tc);
+	}
+	pthread_mutex_unlock(&tc->lock);
+	pthread_mutex_lock(&tc->rx_lock);
+	pthread_mutex_unlock(&tc->rx_lock);
+	tcp_shut(tc);
+	cm_release_placements(tc);
+	/* The dead channel stays attached until the QP is destroyed or
+	 * reset (qp_unlink then closes it), as after a lost stream. */
+	if (qp) {
+		cm_qp_error(qp);
+		qp_put(qp);
+	}
+}
+
+void chan_tcp_cm_release(struct sr_chan *ch)
+{
+	cm_quiet(to_tc(ch));
+	chan_put(ch);
+}
