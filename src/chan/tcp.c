@@ -191,6 +191,42 @@ static void tcp_free(struct sr_chan *ch)
 	free(tc);
 }
 
+/* The stream is shut: give back the MRs a half-placed segment or SEND
+ * holds (tcp_rx.c direct placement), or the program's ibv_dereg_mr
+ * would wait for them until it destroys the QP, which programs do after
+ * deregistering (qperf). Caller holds no stream lock. Whatever the QP
+ * (hand-connected or CM), nothing on a dead stream moves again. */
+static void tcp_release_dead(struct tcp_chan *tc)
+{
+	pthread_mutex_lock(&tc->rx_lock);
+	for (int i = 0; i < tc->sd.n; i++)
+		mr_release(&tc->sd.refs[i]);
+	tc->sd.n = 0;
+	tc->sd.active = false;
+	for (int i = 0; i < tc->dr.nrefs; i++)
+		mr_release(&tc->dr.refs[i]);
+	tc->dr.nrefs = 0;
+	tc->dr.active = false;
+	pthread_mutex_unlock(&tc->rx_lock);
+	/* ... and the sends still queued, which hold theirs (zero copy) */
+	pthread_mutex_lock(&tc->lock);
+	if (tc->state == TS_DEAD) {
+		while (!sr_list_empty(&tc->txq)) {
+			struct sr_msg *m = container_of(tc->txq.next, struct sr_msg, link);
+
+			sr_list_del(&m->link);
+			msg_free(m);
+		}
+		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++)
+			if (tc->slot[i % TX_SLOTS].done && tc->slot[i % TX_SLOTS].done != tc->cur)
+				msg_free(tc->slot[i % TX_SLOTS].done);
+		msg_free(tc->cur);
+		tc->cur = NULL;
+		tc->slot_head = tc->slot_tail;
+	}
+	pthread_mutex_unlock(&tc->lock);
+}
+
 /* Stop all I/O on the stream: the progress thread will not run it again
  * once this returns (unless called from that thread, which is then the
  * one running it). Caller holds no channel lock. */
@@ -212,6 +248,7 @@ void tcp_shut(struct tcp_chan *tc)
 		pthread_mutex_unlock(&tc->lock);
 		close(fd);
 	}
+	tcp_release_dead(tc);
 }
 
 /* Drop the stream list's reference (once). */

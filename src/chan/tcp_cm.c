@@ -31,47 +31,11 @@ static void cm_qp_error(struct sr_qp *qp)
 	pthread_mutex_unlock(&qp->lock);
 }
 
-/* The stream is shut: give back the MRs a half-placed segment or SEND
- * holds (tcp_rx.c direct placement), or the program's ibv_dereg_mr
- * would wait for them until it destroys the QP, which programs do after
- * deregistering (qperf). Caller holds no stream lock. */
-static void cm_release_placements(struct tcp_chan *tc)
-{
-	pthread_mutex_lock(&tc->rx_lock);
-	for (int i = 0; i < tc->sd.n; i++)
-		mr_release(&tc->sd.refs[i]);
-	tc->sd.n = 0;
-	tc->sd.active = false;
-	for (int i = 0; i < tc->dr.nrefs; i++)
-		mr_release(&tc->dr.refs[i]);
-	tc->dr.nrefs = 0;
-	tc->dr.active = false;
-	pthread_mutex_unlock(&tc->rx_lock);
-	/* ... and the sends still queued, which hold theirs (zero copy) */
-	pthread_mutex_lock(&tc->lock);
-	if (tc->state == TS_DEAD) {
-		while (!sr_list_empty(&tc->txq)) {
-			struct sr_msg *m = container_of(tc->txq.next, struct sr_msg, link);
-
-			sr_list_del(&m->link);
-			msg_free(m);
-		}
-		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++)
-			if (tc->slot[i % TX_SLOTS].done && tc->slot[i % TX_SLOTS].done != tc->cur)
-				msg_free(tc->slot[i % TX_SLOTS].done);
-		msg_free(tc->cur);
-		tc->cur = NULL;
-		tc->slot_head = tc->slot_tail;
-	}
-	pthread_mutex_unlock(&tc->lock);
-}
-
 void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly)
 {
 	void (*cb)(void *, bool);
 	void *arg;
 
-	cm_release_placements(tc);
 	cm_qp_error(qp);
 	pthread_mutex_lock(&tc->lock);
 	cb = tc->cm_ended;
@@ -217,7 +181,6 @@ void chan_tcp_cm_disconnect(struct sr_chan *ch)
 	pthread_mutex_lock(&tc->rx_lock);
 	pthread_mutex_unlock(&tc->rx_lock);
 	tcp_shut(tc);
-	cm_release_placements(tc);
 	/* The dead channel stays attached until the QP is destroyed or
 	 * reset (qp_unlink then closes it), as after a lost stream. */
 	if (qp) {

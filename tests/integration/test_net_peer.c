@@ -372,6 +372,61 @@ static void destroy_under_traffic_b(struct net_end *n)
 	net_put(n, T_CHECKED);
 }
 
+/* ---- killed mid-WRITE, then deregister before destroying the QP --------- */
+
+/* B writes large WRITEs into an MR of A's (received straight into it, so
+ * the stream holds the MR while a segment is half in); A kills B in the
+ * middle, and deregisters that MR while its QP still exists, as qperf
+ * does: ibv_dereg_mr must return, not wait for the QP's destruction. */
+static void dereg_after_kill_a(struct net_end *n)
+{
+	size_t len = 64 * MIB;
+	uint8_t *dst = malloc(len);
+	struct ibv_mr *mr;
+	uint64_t t0;
+
+	CHECK(dst, "malloc");
+	mr = ibv_reg_mr(n->t.pd, dst, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(mr, "reg_mr: %s", strerror(errno));
+	net_put(n, (uintptr_t)dst);
+	net_put(n, mr->rkey);
+	net_expect(n, T_READY, "B writing");
+	usleep(30 * 1000);
+	kill_child(n);
+	wait_err(n->qp, LOST_MS, "QP after its writer was killed");
+	t0 = now_ms();
+	alarm(20);	/* a hang here is the bug */
+	CHECK(ibv_dereg_mr(mr) == 0, "dereg_mr: %s", strerror(errno));
+	alarm(0);
+	NOTE("dereg_mr after the peer died mid-WRITE: %llu ms",
+	     (unsigned long long)(now_ms() - t0));
+	free(dst);
+}
+
+static void dereg_after_kill_b(struct net_end *n)
+{
+	uint64_t addr = net_get(n);
+	uint32_t rkey = (uint32_t)net_get(n);
+	struct ibv_wc wc;
+	int out = 0;
+
+	net_put(n, T_READY);
+	for (;;) {
+		/* 4 MiB WRITEs, a few in flight, until killed */
+		while (out < 4 && post_send1(n->qp, IBV_WR_RDMA_WRITE, 1, n->b.p, 4 * MIB,
+					     n->b.mr->lkey, IBV_SEND_SIGNALED,
+					     addr + (uint64_t)(out % 16) * 4 * MIB, rkey, 0) == 0)
+			out++;
+		if (ibv_poll_cq(n->scq, 1, &wc) == 1)
+			out--;
+	}
+}
+
+static void dereg_after_kill_opts(struct net_opts *o)
+{
+	o->buf_len = 4 * MIB;
+}
+
 /* ---- table --------------------------------------------------------------- */
 
 struct pcase {
@@ -388,6 +443,7 @@ static const struct pcase cases[] = {
 	CASE(orderly_exit, NULL),
 	CASE(orderly_alive, NULL),
 	CASE(destroy_under_traffic, traffic_opts),
+	CASE(dereg_after_kill, dereg_after_kill_opts),
 };
 
 static void run_case(size_t i)
@@ -400,14 +456,14 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5)
 
 int main(int argc, char **argv)
 {
 	struct subtest tests[] = {
 		{ cases[0].name, sub0 }, { cases[1].name, sub1 },
 		{ cases[2].name, sub2 }, { cases[3].name, sub3 },
-		{ cases[4].name, sub4 },
+		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
