@@ -277,6 +277,11 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 		pthread_mutex_unlock(&tc->lock);
 		return;
 	}
+	/* Ours until we are done: once tcp_shut has taken the socket out
+	 * of the progress engine, a concurrent tcp_close (the program
+	 * destroying the QP) no longer waits for this handler, and may drop
+	 * every other reference. */
+	chan_get(&tc->ch);
 	qp = tc->closed ? NULL : tc->qp;
 	if (qp)
 		qp_get(qp);
@@ -300,6 +305,7 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 	} else {
 		tcp_unlist(tc);		/* never attached: nobody else holds it */
 	}
+	chan_put(&tc->ch);
 }
 
 /* Before closing: write what is queued (answers the peer is owed, the

@@ -1,0 +1,98 @@
+# compat/lib_perftest.sh: sourced by perftest.sh and ud_perftest.sh (the
+# caller sets SOFTRNIC, CASE_TIMEOUT and BUDGET and checks its programs):
+# the common checks and pair(), which runs one perftest case as a server
+# process and a client process and checks both.
+if ! command -v ss >/dev/null; then
+	echo "SKIP: ss not installed (apt-get install iproute2)"
+	exit 77
+fi
+if [[ ! -x $SOFTRNIC ]]; then
+	echo "FAIL: $SOFTRNIC not built"
+	exit 1
+fi
+
+# shellcheck source=tests/compat/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# rows FILE COL: print how many result rows ("#bytes #iterations numbers...")
+# FILE has; fail (status 1) unless there is one at least and the figure of
+# merit in column COL of each (BW average for *_bw: 4, t_typical for *_lat: 5)
+# is > 0.
+rows() {
+	awk -v col="$2" '
+		/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+([[:space:]]+[0-9]+\.[0-9]+)+[[:space:]]*$/ {
+			n++
+			if ($col + 0 <= 0) bad++
+		}
+		END { print n + 0; exit (n > 0 && !bad) ? 0 : 1 }' "$1"
+}
+
+# pair NAME NROWS PROG ARGS...: run PROG -d softrnic0 ARGS as server, then as
+# client of 127.0.0.1, and check both. NROWS: the result rows the client
+# prints (one per message size).
+pair() {
+	local name=$1 nrows=$2 prog=$3 port spid src crc t0 ok=1 col n srv_rows attempt
+	shift 3
+	if ((SECONDS > BUDGET)); then
+		fail "$name: not run, the script's time budget (${BUDGET}s) is spent"
+		return
+	fi
+	case $prog in
+	*_bw) col=4 ;;
+	*) col=5 ;;
+	esac
+	# perftest prints the table on the server too, except for the
+	# latency tests where the server only answers (read, atomic).
+	case $prog in
+	ib_read_lat | ib_atomic_lat) srv_rows=0 ;;
+	*) srv_rows=1 ;;
+	esac
+	t0=$(date +%s%N)
+	# The server listens on its port once it has opened the device.
+	# Another process may take the port first: then try another one.
+	for attempt in 1 2 3; do
+		port=$(free_port)
+		timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" -d softrnic0 -p "$port" "$@" \
+			>"$tmp/$name.srv" 2>&1 &
+		spid=$!
+		pids=("$spid")
+		for _ in $(seq 100); do
+			listening "$port" && break
+			kill -0 "$spid" 2>/dev/null || break
+			sleep 0.05
+		done
+		grep -q "Couldn't listen to port" "$tmp/$name.srv" || break
+		wait "$spid"
+	done
+	timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" -d softrnic0 -p "$port" "$@" 127.0.0.1 \
+		>"$tmp/$name.cli" 2>&1
+	crc=$?
+	wait "$spid"
+	src=$?
+	pids=()
+	if ((src != 0)); then
+		fail "$name: server ($prog -d softrnic0 -p PORT $*) exited $src$( ((src == 124)) && echo ' (timed out)')"
+		ok=0
+	fi
+	if ((crc != 0)); then
+		fail "$name: client ($prog -d softrnic0 -p PORT $* 127.0.0.1) exited $crc$( ((crc == 124)) && echo ' (timed out)')"
+		ok=0
+	fi
+	if ! n=$(rows "$tmp/$name.cli" "$col") || ((n != nrows)); then
+		fail "$name: client printed $n valid result rows, expected $nrows"
+		ok=0
+	fi
+	# (with -a the server prints only the last size)
+	if ((srv_rows)) && ! n=$(rows "$tmp/$name.srv" "$col"); then
+		fail "$name: server printed no valid result row"
+		ok=0
+	fi
+	if ((ok)); then
+		printf 'ok: %-16s %-42s %6d ms  %s\n' "$name" "$prog $*" \
+			$((($(date +%s%N) - t0) / 1000000)) \
+			"$(awk -v col="$col" '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+([[:space:]]+[0-9]+\.[0-9]+)+[[:space:]]*$/ { r = $1 " B: " $col } END { print r }' "$tmp/$name.cli")$( [[ $col == 4 ]] && echo ' MB/s' || echo ' usec')"
+	else
+		show server "$tmp/$name.srv"
+		show client "$tmp/$name.cli"
+	fi
+}
