@@ -72,8 +72,8 @@ bool progress_in_thread(struct sr_progress *pg)
 	return pg && pthread_equal(pthread_self(), pg->thread);
 }
 
-/* Caller holds pg->lock. Milliseconds until the first timer, or -1. */
-static int next_timeout_ms(struct sr_progress *pg)
+/* Caller holds pg->lock. Nanoseconds until the first timer, or -1. */
+static int64_t next_timeout_ns(struct sr_progress *pg)
 {
 	struct sr_timer *t;
 	uint64_t now;
@@ -84,7 +84,25 @@ static int next_timeout_ms(struct sr_progress *pg)
 	now = progress_now_ns();
 	if (t->deadline_ns <= now)
 		return 0;
-	return (int)sr_min((t->deadline_ns - now + 999999) / 1000000, (uint64_t)60000);
+	return (int64_t)sr_min(t->deadline_ns - now, 60ULL * 1000000000ULL);
+}
+
+/* epoll_wait with a timeout in nanoseconds (timers of tens of
+ * microseconds: the poll-ownership check, DESIGN.md decision 5), in
+ * milliseconds where the kernel lacks epoll_pwait2 (before 5.11). */
+static int wait_events(int epfd, struct epoll_event *evs, int max, int64_t ns)
+{
+	static bool no_pwait2;
+
+	if (!no_pwait2) {
+		struct timespec ts = { .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
+		int n = epoll_pwait2(epfd, evs, max, ns < 0 ? NULL : &ts, NULL);
+
+		if (n >= 0 || errno != ENOSYS)
+			return n;
+		no_pwait2 = true;
+	}
+	return epoll_wait(epfd, evs, max, ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
 }
 
 static void run_due_timers(struct sr_progress *pg)
@@ -128,7 +146,8 @@ static void *progress_main(void *arg)
 	}
 
 	for (;;) {
-		int timeout, n;
+		int64_t timeout;
+		int n;
 
 		pthread_mutex_lock(&pg->lock);
 		pg->gen++;
@@ -137,10 +156,10 @@ static void *progress_main(void *arg)
 			pthread_mutex_unlock(&pg->lock);
 			break;
 		}
-		timeout = next_timeout_ms(pg);
+		timeout = next_timeout_ns(pg);
 		pthread_mutex_unlock(&pg->lock);
 
-		n = epoll_wait(pg->epfd, evs, ARRAY_SIZE(evs), timeout);
+		n = wait_events(pg->epfd, evs, (int)ARRAY_SIZE(evs), timeout);
 		if (n < 0 && errno != EINTR)
 			break;
 		pthread_mutex_lock(&pg->lock);
