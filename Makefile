@@ -5,6 +5,9 @@
 #                 (compat tests with the sanitizer runtimes preloaded);
 #                 then a clang build (build-clang/, compile only), then a
 #                 short libFuzzer run over the wire decoders (build-fuzz/)
+#   make conformance  build, then rdma-core's own pyverbs suite through
+#                 `softrnic run` (unpacked into build/conformance/; per-module
+#                 results; also run by make test as ctest compat/rdma_core_suite)
 #   make demo     build, then show the device and run the verbs demo
 #   make bench    softrnic beside raw TCP, as ratios (bench/README.md)
 #   make clean    remove all build trees
@@ -27,7 +30,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:strict_st
 MAKEFLAGS += --no-print-directory
 
 .NOTPARALLEL:
-.PHONY: all build deps test test-gcc test-asan test-clang test-fuzz demo bench clean
+.PHONY: all build deps test test-gcc test-asan test-clang test-fuzz conformance demo bench clean
 
 all: build
 
@@ -69,6 +72,11 @@ test-clang: deps
 # bash tests/fuzz/run.sh SECONDS).
 test-fuzz: deps
 	bash tests/fuzz/run.sh 20
+
+# rdma-core's test suite (docs/COMPAT.md; expectations in
+# tests/compat/rdma_core_expected.txt). MODULES=... runs only those.
+conformance: build
+	bash tests/compat/rdma_core_suite.sh $(BUILD) $(MODULES)
 
 demo: build
 	$(BUILD)/bin/softrnic run -- ibv_devinfo -v

@@ -6,9 +6,11 @@
  *
  * `run` puts softrnic's library directory first in LD_LIBRARY_PATH and execs
  * CMD in place, so the program's own exit status (or the signal that killed
- * it) is what the caller sees. Nothing here touches the kernel, needs root or
- * stays resident. Subcommands live in one table; add a line there (and a
- * function) for each new one (`stat`, …).
+ * it) is what the caller sees. Before the exec it gives CMD a private mount
+ * namespace in which /sys/class/infiniband shows softrnic0 (sysfs_view.c;
+ * unprivileged through a user namespace where the system allows one, else
+ * skipped). Nothing here needs root or stays resident. Subcommands live in
+ * one table; add a line there (and a function) for each new one (`stat`, …).
  */
 #include <errno.h>
 #include <limits.h>
@@ -17,6 +19,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "sysfs_view.h"
 
 #ifndef SOFTRNIC_VERSION
 #define SOFTRNIC_VERSION "unknown"
@@ -60,7 +64,8 @@ static void usage(FILE *out)
 	fprintf(out, "\nenvironment:\n"
 		     "  SOFTRNIC_LIBDIR   library directory to use (default: ../lib next to\n"
 		     "                    this executable)\n"
-		     "  SOFTRNIC_DEBUG    log level 0-3 of the library (see docs/CONFIG.md)\n");
+		     "  SOFTRNIC_DEBUG    log level 0-3 of the library (see docs/CONFIG.md)\n"
+		     "  SOFTRNIC_SYSFS    0: no /sys/class/infiniband view of softrnic0 for CMD\n");
 }
 
 /*
@@ -187,6 +192,14 @@ static int cmd_run(int argc, char **argv)
 	}
 	if (prepend_library_path(libdir) || setenv("SOFTRNIC_RUN", "1", 1)) {
 		fprintf(stderr, "softrnic: setenv: %s\n", strerror(errno));
+		return EXIT_USAGE;
+	}
+
+	/* The program sees softrnic0 in /sys/class too, where the system lets
+	 * us (tools/sysfs_view.c); without the view it runs all the same. */
+	if (sysfs_view_setup(libdir) == -2) {
+		fprintf(stderr, "softrnic: run: entered a user namespace but could not "
+			"map uid %u into it; set SOFTRNIC_SYSFS=0\n", (unsigned)geteuid());
 		return EXIT_USAGE;
 	}
 

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ static void dev_init(void)
 {
 	struct sr_device *d = &sr_dev;
 	uint32_t r = sr_random32();
+	const char *guid;
 
 	sr_log_init();
 	d->ops = sr_dev_ops_tag;
@@ -41,8 +43,18 @@ static void dev_init(void)
 	strcpy(d->ibdev.dev_path, "/sys/class/infiniband_verbs/uverbs0");
 	strcpy(d->ibdev.ibdev_path, "/sys/class/infiniband/softrnic0");
 	/* A stable-looking EUI-64 in a locally administered range; the low
-	 * bits vary so two hosts rarely share one. */
+	 * bits vary so two hosts rarely share one. `softrnic run` passes the
+	 * one its sysfs view shows (SOFTRNIC_GUID), so that the program, its
+	 * children and /sys/class/infiniband agree (docs/CONFIG.md). */
 	d->guid = 0x0253520000000000ULL | r;
+	guid = getenv("SOFTRNIC_GUID");
+	if (guid && *guid) {
+		char *end;
+		unsigned long long v = strtoull(guid, &end, 16);
+
+		if (!*end && v && v != ULLONG_MAX)
+			d->guid = v;
+	}
 }
 
 struct sr_device *dev_get(void)
