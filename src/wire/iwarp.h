@@ -54,10 +54,13 @@ struct mpa_frame {
 	 * peers (siw already takes 0x10 Enhanced and 0x08 GSO_EXP): 0x04 says
 	 * "softrnic extensions" (ACK, RNR, SEND with immediate: srext.h) and
 	 * is set in a request and its reply when the sender speaks them; a
-	 * peer that leaves it clear is plain iWARP. 0x02, only in a softrnic
-	 * reject reply, says the reject is rdma_reject_ece's (IB reason 35)
-	 * rather than the consumer's (28). Other RNICs ignore reserved bits
-	 * (RFC 5044 §7.1: "set to zero ... ignored on receive"). */
+	 * peer that leaves it clear is plain iWARP. A reply carries 0x01 with
+	 * it, a request never does: Linux siw echoes every flag bit of the
+	 * request in its reply, so 0x04 alone in a reply proves nothing
+	 * (docs/INTEROP.md). 0x02, only in a softrnic reject reply, says the
+	 * reject is rdma_reject_ece's (IB reason 35) rather than the
+	 * consumer's (28). Other RNICs ignore reserved bits (RFC 5044 §7.1:
+	 * "set to zero ... ignored on receive"). */
 	bool softrnic;
 	bool ece_reject;
 	uint8_t rev;		/* 1 or 2 */

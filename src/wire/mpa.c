@@ -18,9 +18,11 @@
 #define MPA_F_CRC		0x40
 #define MPA_F_REJECT		0x20
 #define MPA_F_ENHANCED		0x10
-/* siw takes 0x08 (GSO_EXP); softrnic takes 0x04 and 0x02, see iwarp.h. */
+/* siw takes 0x08 (GSO_EXP); softrnic takes 0x04, 0x02 and 0x01, see
+ * iwarp.h. */
 #define MPA_F_SOFTRNIC		0x04
 #define MPA_F_ECE_REJECT	0x02
+#define MPA_F_SOFTRNIC_REPLY	0x01
 
 #define MPA_OFF_FLAGS		16
 #define MPA_OFF_REV		17
@@ -69,6 +71,10 @@ static uint8_t mpa_flags(const struct mpa_frame *f)
 		flags |= MPA_F_ENHANCED;
 	if (f->softrnic)
 		flags |= MPA_F_SOFTRNIC;
+	/* siw's reply echoes the request's flags, 0x04 included: a softrnic
+	 * reply says so with a bit that no softrnic request carries */
+	if (f->softrnic && f->reply)
+		flags |= MPA_F_SOFTRNIC_REPLY;
 	/* meaningful only in a softrnic reject */
 	if (f->softrnic && f->reply && f->reject && f->ece_reject)
 		flags |= MPA_F_ECE_REJECT;
@@ -158,7 +164,9 @@ static void mpa_frame_fill(const uint8_t *buf, uint16_t pd_wire,
 	f->markers = flags & MPA_F_MARKERS;
 	f->crc = flags & MPA_F_CRC;
 	f->reject = f->reply && (flags & MPA_F_REJECT);
-	f->softrnic = flags & MPA_F_SOFTRNIC;
+	f->softrnic = (flags & MPA_F_SOFTRNIC) &&
+		      (f->reply ? (flags & MPA_F_SOFTRNIC_REPLY) != 0
+				: !(flags & MPA_F_SOFTRNIC_REPLY));
 	f->ece_reject = f->softrnic && f->reject && (flags & MPA_F_ECE_REJECT);
 	f->rev = buf[MPA_OFF_REV];
 	/* in rev 1 the Enhanced bit is reserved: not checked */

@@ -63,9 +63,10 @@ static void test_reply_and_reject(void **state)
 	assert_false(f.reject || f.ece_reject);
 	assert_int_equal(f.ird, 16);
 
-	/* rdma_reject_ece between softrnic peers: R | 0x04 | 0x02 */
+	/* rdma_reject_ece between softrnic peers: R | 0x04 | 0x02, and the
+	 * reply's 0x01 */
 	n = cm_mpa_encode(buf, sizeof(buf), true, true, false, true, true, 0, 0, "no", 2);
-	assert_int_equal(buf[16], 0x20 | 0x10 | 0x04 | 0x02);
+	assert_int_equal(buf[16], 0x20 | 0x10 | 0x04 | 0x02 | 0x01);
 	assert_int_equal(mpa_frame_decode(buf, (size_t)n, &f), n);
 	assert_true(f.reject && f.ece_reject);
 	assert_memory_equal(f.pd, "no", 2);

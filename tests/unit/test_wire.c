@@ -170,7 +170,8 @@ static void test_mpa_rev1_ignores_enhanced_bit(void **state)
 }
 
 /* softrnic's reserved flag bits: 0x04 "softrnic extensions" in requests
- * and replies, 0x02 "ECE reject" only in a softrnic reject reply. A v2
+ * and replies, with 0x01 in replies only (siw echoes a request's flags in
+ * its reply), 0x02 "ECE reject" only in a softrnic reject reply. A v2
  * enhanced softrnic request with CRC: 0x40 | 0x10 | 0x04 = 0x54. */
 static void test_mpa_softrnic_flags(void **state)
 {
@@ -194,21 +195,39 @@ static void test_mpa_softrnic_flags(void **state)
 	assert_int_equal(d.ird, 1);
 	assert_int_equal(d.ord, 2);
 
-	/* a softrnic ECE reject: R 0x20 | 0x04 | 0x02 */
-	f.reply = f.reject = true;
+	/* a request that also carries 0x01 is not softrnic's */
+	memcpy(buf, want, sizeof(want));
+	buf[16] |= 0x01;
+	assert_int_equal(mpa_frame_decode(buf, sizeof(want), &d), 25);
+	assert_false(d.softrnic);
+
+	/* a softrnic reply: 0x04 | 0x01; siw's echo of our request (0x04
+	 * without 0x01) is not one */
+	f.reply = true;
+	assert_int_equal(mpa_frame_encode(buf, sizeof(buf), &f), 25);
+	assert_int_equal(buf[16], 0x55);
+	assert_int_equal(mpa_frame_decode(buf, 25, &d), 25);
+	assert_true(d.reply && d.softrnic);
+	buf[16] = 0x54;
+	assert_int_equal(mpa_frame_decode(buf, 25, &d), 25);
+	assert_true(d.reply);
+	assert_false(d.softrnic);
+
+	/* a softrnic ECE reject: R 0x20 | 0x04 | 0x02 | 0x01 */
+	f.reject = true;
 	f.enhanced = false;
 	f.crc = false;
 	assert_int_equal(mpa_frame_encode(buf, sizeof(buf), &f), 21);
-	assert_int_equal(buf[16], 0x26);
+	assert_int_equal(buf[16], 0x27);
 	assert_int_equal(mpa_frame_decode(buf, 21, &d), 21);
 	assert_true(d.reject && d.softrnic && d.ece_reject);
 
 	/* 0x02 means nothing without 0x04, nor outside a reject */
-	buf[16] = 0x22;
+	buf[16] = 0x23;
 	assert_int_equal(mpa_frame_decode(buf, 21, &d), 21);
 	assert_false(d.softrnic);
 	assert_false(d.ece_reject);
-	buf[16] = 0x06;
+	buf[16] = 0x07;
 	assert_int_equal(mpa_frame_decode(buf, 21, &d), 21);
 	assert_true(d.softrnic);
 	assert_false(d.ece_reject);
