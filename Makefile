@@ -5,6 +5,10 @@
 #                 (compat tests with the sanitizer runtimes preloaded);
 #                 then a clang build (build-clang/, compile only), then a
 #                 short libFuzzer run over the wire decoders (build-fuzz/)
+#                 then, last, the interop suite against Linux siw in a
+#                 qemu guest (tests/interop/run.sh) where it can run: as
+#                 root, with qemu; it says plainly when and why it skips
+#   make interop  build, then the interop suite alone (docs/INTEROP.md)
 #   make demo     build, then show the device and run the verbs demo
 #   make bench    softrnic beside raw TCP, as ratios (bench/README.md)
 #   make clean    remove all build trees
@@ -27,7 +31,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:strict_st
 MAKEFLAGS += --no-print-directory
 
 .NOTPARALLEL:
-.PHONY: all build deps test test-gcc test-asan test-clang test-fuzz demo bench clean
+.PHONY: all build deps test test-gcc test-asan test-clang test-fuzz test-interop interop demo bench clean
 
 all: build
 
@@ -40,7 +44,7 @@ build: deps
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_C_COMPILER=gcc
 	$(CMAKE) --build $(BUILD) -j$(JOBS)
 
-test: test-gcc test-asan test-clang test-fuzz
+test: test-gcc test-asan test-clang test-fuzz test-interop
 
 test-gcc: build
 	cd $(BUILD) && $(CTEST) --output-on-failure $(CTEST_ARGS)
@@ -69,6 +73,17 @@ test-clang: deps
 # bash tests/fuzz/run.sh SECONDS).
 test-fuzz: deps
 	bash tests/fuzz/run.sh 20
+
+# Interop with the kernel's soft-iWARP (docs/INTEROP.md). Alone: a skip
+# (exit 77: not root, no qemu, no guest, no librdmacm) is an error here,
+# since it was asked for; in make test it is reported and passed over.
+interop: build
+	bash tests/interop/run.sh $(BUILD)
+
+test-interop: build
+	@bash tests/interop/run.sh $(BUILD); rc=$$?; \
+	if [ $$rc = 77 ]; then echo "make test: interop suite SKIPPED (the reason is the line above)"; exit 0; fi; \
+	exit $$rc
 
 demo: build
 	$(BUILD)/bin/softrnic run -- ibv_devinfo -v
