@@ -292,13 +292,19 @@ struct rdmap_term {
 	uint16_t ddp_seg_len;		/* the offending ULPDU_Length */
 	const uint8_t *hdrs;		/* copied headers, in the frame */
 	size_t hdrs_len;
+	/* decode only: the Terminate Control word came in Linux siw's
+	 * little-endian bitfield layout (see rdmap_term_decode()); the
+	 * fields above are what it meant. Ignored by the encoder. */
+	bool siw_layout;
 };
 /* Encode: hdrs_len must be 0 unless D or R, R needs D, and with D the
  * copied DDP header must be whole. */
 ssize_t rdmap_term_encode(uint8_t *buf, size_t cap, const struct rdmap_term *t);
 /* Decode a whole TERMINATE body (the ULPDU minus its 18-byte DDP
  * header): with D or R set, t->hdrs is everything after the DDP Segment
- * Length, as received. */
+ * Length, as received. Tolerates Linux siw's byte order of the
+ * Terminate Control word (docs/INTEROP.md): HdrCt bits that appear only
+ * in the reserved bits of byte 2 where siw puts them. */
 ssize_t rdmap_term_decode(const uint8_t *buf, size_t len, struct rdmap_term *t);
 /* How many bytes of an offending ULPDU (which starts with its DDP
  * header) a TERMINATE copies for these D and R bits: at most len. */

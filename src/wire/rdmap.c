@@ -204,6 +204,30 @@ ssize_t rdmap_term_encode(uint8_t *buf, size_t cap, const struct rdmap_term *t)
 	return (ssize_t)n;
 }
 
+/* Linux siw (drivers/infiniband/sw/siw/iwarp.h, struct iwarp_terminate,
+ * checked in 6.1) lays the Terminate Control word out with C bitfields
+ * whose order is right only on big-endian hosts. On little-endian ones
+ * (x86, arm64) it sends Layer in the low nibble of byte 0 and EType in
+ * the high one, and M, D, R as 0x01, 0x02, 0x04 of byte 2, bits RFC 5040
+ * §4.8 reserves (sent as zero). So HdrCt bits found only there, with
+ * none in their RFC place, can only be siw's layout. siw sets M and D with
+ * every error whose layout this changes the meaning of (RDMAP protection
+ * errors, DDP buffer errors); the ones it sends without (catastrophic,
+ * version, opcode, LLP) map to the same completion status either way
+ * (status_of_term() in src/chan/tcp_tx.c), so they stay as they are. */
+#define TERM_SIW_M		0x01
+#define TERM_SIW_D		0x02
+#define TERM_SIW_R		0x04
+#define TERM_SIW_HDRCT		(TERM_SIW_M | TERM_SIW_D | TERM_SIW_R)
+
+/* siw's reserved bits (the other 13) are zero: 0x01..0x07 in byte 2 and
+ * nothing else there or in byte 3. Any other pattern of reserved bits is
+ * ignored, as the RFC asks. */
+static bool term_is_siw_layout(const uint8_t *buf)
+{
+	return (buf[2] & ~TERM_SIW_HDRCT) == 0 && (buf[2] & TERM_SIW_HDRCT) && buf[3] == 0;
+}
+
 ssize_t rdmap_term_decode(const uint8_t *buf, size_t len, struct rdmap_term *t)
 {
 	size_t off = RDMAP_TERM_HDR_LEN + TERM_SEG_LEN_SIZE;
@@ -211,12 +235,21 @@ ssize_t rdmap_term_decode(const uint8_t *buf, size_t len, struct rdmap_term *t)
 	if (len < RDMAP_TERM_HDR_LEN)
 		return -EAGAIN;
 	memset(t, 0, sizeof(*t));
-	t->layer = buf[0] >> 4;
-	t->etype = buf[0] & 0x0f;
 	t->ecode = buf[1];
-	t->hdr_m = buf[2] & TERM_HDRCT_M;
-	t->hdr_d = buf[2] & TERM_HDRCT_D;
-	t->hdr_r = buf[2] & TERM_HDRCT_R;
+	if (term_is_siw_layout(buf)) {
+		t->siw_layout = true;
+		t->layer = buf[0] & 0x0f;
+		t->etype = buf[0] >> 4;
+		t->hdr_m = buf[2] & TERM_SIW_M;
+		t->hdr_d = buf[2] & TERM_SIW_D;
+		t->hdr_r = buf[2] & TERM_SIW_R;
+	} else {
+		t->layer = buf[0] >> 4;
+		t->etype = buf[0] & 0x0f;
+		t->hdr_m = buf[2] & TERM_HDRCT_M;
+		t->hdr_d = buf[2] & TERM_HDRCT_D;
+		t->hdr_r = buf[2] & TERM_HDRCT_R;
+	}
 	if (!t->hdr_m && !t->hdr_d && !t->hdr_r)
 		return RDMAP_TERM_HDR_LEN;
 	if (t->hdr_r && !t->hdr_d)

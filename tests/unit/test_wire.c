@@ -990,6 +990,57 @@ static void test_term_copied_ddp(void **state)
 		assert_int_equal(rdmap_term_decode(term_qn, i, &d), -EAGAIN);
 }
 
+/* Linux siw's TERMINATE on x86 (iwarp.h bitfields, docs/INTEROP.md): an
+ * RDMAP remote protection error (invalid STag) on a READ request, as
+ * siw 6.1 sent it to softrnic: Layer and EType swapped (0x10 for Layer 0
+ * EType 1) and M|D|R as 0x07 of byte 2; then the Segment Length and the
+ * 18 + 28 header bytes, as in the RFC. */
+static void test_term_siw_layout(void **state)
+{
+	uint8_t b[sizeof(term_rreq)];
+	struct rdmap_term d;
+
+	(void)state;
+	memcpy(b, term_rreq, sizeof(b));
+	b[0] = 0x10;
+	b[2] = 0x07;
+	assert_int_equal(rdmap_term_decode(b, sizeof(b), &d), 52);
+	assert_true(d.siw_layout);
+	assert_int_equal(d.layer, TERM_LAYER_RDMAP);
+	assert_int_equal(d.etype, TERM_RDMAP_ETYPE_REMOTE_PROT);
+	assert_int_equal(d.ecode, TERM_RDMAP_ECODE_INV_STAG);
+	assert_true(d.hdr_m && d.hdr_d && d.hdr_r);
+	assert_int_equal(d.ddp_seg_len, 46);
+	assert_int_equal(d.hdrs_len, 46);
+	assert_ptr_equal(d.hdrs, b + 6);
+
+	/* siw's DDP tagged-buffer error (WRITE to a bad STag): 0x11 reads
+	 * the same both ways; M|D (0x03) then 2 + 14 bytes */
+	{
+		static const uint8_t w[4 + 2 + 14] = { 0x11, 0x00, 0x03, 0x00, 0x00, 0x40, 0x81, 0x40 };
+
+		assert_int_equal(rdmap_term_decode(w, sizeof(w), &d), (ssize_t)sizeof(w));
+		assert_true(d.siw_layout && d.hdr_m && d.hdr_d && !d.hdr_r);
+		assert_int_equal(d.layer, TERM_LAYER_DDP);
+		assert_int_equal(d.etype, TERM_DDP_ETYPE_TAGGED);
+		assert_int_equal(d.hdrs_len, 14);
+		assert_int_equal(rdmap_term_decode(w, sizeof(w) - 1, &d), -EAGAIN);
+	}
+	/* without HdrCt bits the layout cannot be told: read as the RFC
+	 * says (siw's "unknown opcode" TERMINATE, 20 06 00 00, as captured) */
+	assert_int_equal(rdmap_term_decode((const uint8_t[]){ 0x20, 0x06, 0x00, 0x00 }, 4, &d), 4);
+	assert_false(d.siw_layout);
+	assert_int_equal(d.layer, 2);
+	assert_int_equal(d.etype, 0);
+	/* an RFC sender's HdrCt wins over stray reserved bits */
+	b[0] = 0x01;
+	b[2] = 0xe7;
+	assert_int_equal(rdmap_term_decode(b, sizeof(b), &d), 52);
+	assert_false(d.siw_layout);
+	assert_int_equal(d.layer, TERM_LAYER_RDMAP);
+	assert_int_equal(d.etype, TERM_RDMAP_ETYPE_REMOTE_PROT);
+}
+
 static void test_term_copied_rdmap(void **state)
 {
 	struct rdmap_read_req r = { .sink_stag = 0x1234, .size = 64 };
@@ -1201,6 +1252,7 @@ int main(void)
 		cmocka_unit_test(test_imm),
 		cmocka_unit_test(test_term_copied_ddp),
 		cmocka_unit_test(test_term_copied_rdmap),
+		cmocka_unit_test(test_term_siw_layout),
 		cmocka_unit_test(test_term_plain_and_rejects),
 		cmocka_unit_test(test_round_trip_hdrs),
 		cmocka_unit_test(test_round_trip_mpa),
