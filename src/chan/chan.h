@@ -84,6 +84,7 @@ void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq);
 struct chan_cm_params {
 	int fd;				/* connected; the channel owns it on success */
 	bool crc, ext;
+	bool responder;			/* sent the MPA reply (see tx_gate) */
 	uint16_t ird, ord;
 	const uint8_t *rx;
 	size_t rx_len;

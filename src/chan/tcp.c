@@ -320,7 +320,8 @@ void tcp_drain_locked(struct tcp_chan *tc)
 		uint64_t now;
 
 		tcp_flush_locked(tc);
-		if (sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail)
+		if (tc->tx_gate ||
+		    (sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail))
 			break;
 		now = progress_now_ns();
 		if (now >= until || poll(&pfd, 1, (int)((until - now) / 1000000) + 1) <= 0 ||
@@ -746,6 +747,11 @@ static void tcp_on_timer(struct sr_timer *t)
 
 	pthread_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP) {
+		if (tc->tx_gate) {
+			/* the initiator did not speak first: speak anyway */
+			tc->tx_gate = false;
+			tcp_flush_locked(tc);
+		}
 		if (tc->poll_owned && !tc->closed)
 			poll_check_locked(tc);
 	} else if (tc->state == TS_DIALING && tc->pl.fd < 0) {

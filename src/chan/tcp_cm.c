@@ -87,6 +87,13 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	tc->rc = qp->ibqp.qp_base.qp_type == IBV_QPT_RC;
 	tc->crc = p->crc;
 	tc->ext = p->ext;
+	/* MPA's initiator speaks first (RFC 6581 §1): a responder waits
+	 * for its first FPDU; Linux siw as the initiator fails a stream whose
+	 * first responder bytes come right behind the MPA reply. Programs
+	 * whose server speaks first (ucmatose) would then wait for ever
+	 * without RTR, which siw never sends: after TX_GATE_NS the gate
+	 * opens anyway (tcp_on_timer). softrnic initiators need no wait. */
+	tc->tx_gate = p->responder && !p->ext && !p->rx_len;
 	tc->ch.acks = p->ext;
 	tc->ch.no_send_imm = !p->ext;
 	tc->ird = p->ird;
@@ -121,6 +128,8 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 		return -ENOMEM;
 	}
 	tc->events = EPOLLIN;
+	if (tc->tx_gate)
+		progress_timer_arm(t->pg, &tc->timer, TX_GATE_NS);
 	tcp_flush_locked(tc);
 	pthread_mutex_unlock(&tc->lock);
 

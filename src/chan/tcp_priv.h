@@ -24,6 +24,8 @@
  * watching the socket for input and looks again every POLL_CHECK_NS. */
 #define POLL_WINDOW_NS	(500ULL * 1000ULL)
 #define POLL_CHECK_NS	(1000ULL * 1000ULL)
+/* How long an MPA responder waits for the initiator to speak first. */
+#define TX_GATE_NS	(50ULL * 1000000ULL)
 
 enum tcp_state {
 	TS_DIALING,		/* connect() in progress */
@@ -114,6 +116,10 @@ struct tcp_chan {
 	bool tx_any;
 	bool tx_urgent;			/* an answer is queued: never hold it */
 	bool rc;			/* the QP is RC: requests get answers */
+	bool tx_gate;			/* an MPA responder towards a plain iWARP
+					 * peer: nothing goes out until the
+					 * initiator's first bytes arrive, or
+					 * TX_GATE_NS has passed (tcp_cm.c) */
 	/* requests whose payload could not be read (SR_MSGF_TX_FAULT), for
 	 * the QP, told after the channel lock is dropped */
 	uint32_t faults[16];

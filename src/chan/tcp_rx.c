@@ -678,6 +678,15 @@ staged:
  * channel lock guards only what tx shares. Returns why the stream must
  * end, or NULL: the caller ends it after dropping rx_lock, since ending it
  * waits for the progress thread, which may be waiting for rx_lock. */
+/* The initiator's first bytes are in: what we held back may go. */
+static void open_tx_gate(struct tcp_chan *tc)
+{
+	pthread_mutex_lock(&tc->lock);
+	tc->tx_gate = false;
+	pthread_mutex_unlock(&tc->lock);
+	tcp_kick_now(tc);
+}
+
 /* Is there nothing to write but a positive ACK? tc->lock held. */
 static bool only_ack_owed(const struct tcp_chan *tc)
 {
@@ -736,6 +745,8 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			if (n > 0) {
 				tc->rlen += (size_t)n;
 				progress = true;
+				if (tc->tx_gate)
+					open_tx_gate(tc);
 			} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
 				eof = true;
 			}

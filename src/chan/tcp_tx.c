@@ -360,6 +360,8 @@ void tcp_tx_faults(struct tcp_chan *tc)
 /* Write what we can. Caller holds tc->lock; state is UP. */
 void tcp_flush_locked(struct tcp_chan *tc)
 {
+	if (tc->tx_gate)
+		return;		/* tcp_rx opens it at the first byte in */
 	for (;;) {
 		struct iovec iov[TX_SLOTS * (2 + SR_MSG_SRC_MAX)];
 		int n = 0;

@@ -702,8 +702,8 @@ SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 		ret = write_all(c->fd, frame, (size_t)n);
 	if (!ret) {
 		struct softrnic_stream_attr a = {
-			.fd = c->fd, .crc = c->crc, .ext = c->ext, .ird = c->ird, .ord = c->ord,
-			.ended = cm_stream_ended, .arg = c,
+			.fd = c->fd, .crc = c->crc, .ext = c->ext, .responder = true,
+			.ird = c->ird, .ord = c->ord, .ended = cm_stream_ended, .arg = c,
 		};
 
 		ret = softrnic_stream_attach(qpn, &a, &s);

@@ -23,6 +23,9 @@ struct softrnic_stream_attr {
 	int fd;			/* the stream takes it over on success */
 	bool crc;		/* MPA CRC agreed */
 	bool ext;		/* both ends set the softrnic flag (0x04) */
+	bool responder;		/* we sent the MPA reply: towards a plain
+				 * iWARP peer, send nothing before its first
+				 * FPDU (RFC 5044 §7.1.2, RFC 6581 §1) */
 	uint16_t ird, ord;	/* as negotiated */
 	const void *rx;		/* bytes already read past the MPA frame */
 	size_t rx_len;
