@@ -5,8 +5,11 @@
  *   cm_conn.c    the CM thread, listen, connect/accept/reject/disconnect
  *   cm_qp.c      rdma_create_qp(_ex), rdma_init_qp_attr, ECE
  *   cm_ep.c      rdma_create_ep / get_request / destroy_ep, migrate
- *   cm_stubs.c   rsocket and multicast: ENOSYS for now
+ *   cm_ud.c      datagram ids (RDMA_PS_UDP/IPOIB): SIDR-like connect/accept
+ *   cm_mcast.c   rdma_join_multicast(_ex), rdma_leave_multicast
+ *   cm_stubs.c   rsocket: ENOSYS for now
  *   cm_mpa.c     pure helpers (frames, limits), unit-tested
+ *   cm_sidr.c    the datagram exchange's frames, pure, unit-tested
  *
  * One mutex (cm.lock) guards every id, channel and event; it is never held
  * while calling into libibverbs for anything that can call back (stream
@@ -129,6 +132,12 @@ struct cm_id {
 	struct ibv_pd *ep_pd;
 	uint8_t ep_connect[MPA_MAX_PD];
 	size_t ep_connect_len;
+
+	/* datagram ids (cm_ud.c, cm_mcast.c) */
+	uint32_t sidr_tid;		/* the request's transaction id */
+	uint32_t peer_qpn, peer_qkey;	/* from the request / reply */
+	int sidr_tries;			/* requests sent so far */
+	struct cm_mc *mcs;		/* joined groups */
 };
 
 static inline struct cm_id *to_cm(struct rdma_cm_id *id)
@@ -189,6 +198,7 @@ void cm_busy_drop_locked(struct cm_id *cid);
 /* cm_addr.c */
 int cm_bind(struct cm_id *cid, const struct sockaddr *addr);
 bool cm_addr_any(const struct sockaddr *sa);
+bool cm_addr_multicast(const struct sockaddr *sa);
 socklen_t cm_addr_len(const struct sockaddr *sa);
 void cm_fill_gid(union ibv_gid *gid, const struct sockaddr *sa);
 void cm_set_device_locked(struct cm_id *cid);
@@ -198,6 +208,30 @@ int cm_thread_watch_locked(struct cm_id *cid, uint32_t events);
 void cm_thread_unwatch_locked(struct cm_id *cid);
 void cm_thread_wake(void);
 void cm_stream_ended(void *arg, bool orderly);
+
+/* cm_core.c: a datagram event (param.ud). With child, a CONNECT_REQUEST
+ * for owner (the listener). Private data is copied; with pd_len 0,
+ * ud->private_data is passed as it is (the multicast join context). */
+int cm_event_push_ud_locked(struct cm_id *owner, struct cm_id *child, int type, int status,
+			    const struct rdma_ud_param *ud, const void *pd, size_t pd_len);
+
+/* cm_addr.c */
+int cm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src);
+
+/* cm_ud.c: called by cm_conn.c for ids whose qp_type is UD */
+int cm_ud_listen_locked(struct cm_id *cid);
+int cm_ud_connect(struct cm_id *c, const struct rdma_conn_param *p);
+int cm_ud_accept(struct cm_id *c, const struct rdma_conn_param *p);
+int cm_ud_reject(struct cm_id *c, const void *pd, uint8_t pd_len);
+void cm_ud_on_listen_locked(struct cm_id *l);
+void cm_ud_on_reply_locked(struct cm_id *c);
+/* The request's resend timer (c->deadline_ms) expired. */
+void cm_ud_on_timer_locked(struct cm_id *c, uint64_t now);
+/* An AH to the id's peer (dgid) from the id's source GID. */
+void cm_ud_ah_attr(struct cm_id *c, const union ibv_gid *dgid, struct ibv_ah_attr *ah);
+
+/* cm_mcast.c: rdma_destroy_id leaves every group first. */
+void cm_mcast_leave_all(struct cm_id *cid);
 
 /* cm_qp.c */
 int cm_qp_to_rts(struct cm_id *cid, struct ibv_qp *qp);

@@ -29,6 +29,15 @@ socklen_t cm_addr_len(const struct sockaddr *sa)
 	}
 }
 
+bool cm_addr_multicast(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return IN_MULTICAST(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_MULTICAST(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return false;
+}
+
 bool cm_addr_any(const struct sockaddr *sa)
 {
 	if (sa->sa_family == AF_INET)
@@ -147,7 +156,10 @@ int cm_bind(struct cm_id *cid, const struct sockaddr *addr)
 		pthread_mutex_unlock(&cm.lock);
 		return ret;
 	}
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* A UDP port shared by SO_REUSEADDR would split the datagrams
+	 * between its sockets: datagram ids share only when asked to. */
+	if (type == SOCK_STREAM || cid->reuseaddr)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (addr->sa_family == AF_INET6) {
 		int v6only = cid->afonly > 0;
 
@@ -179,7 +191,7 @@ SR_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 }
 
 /* The local address the kernel would send from towards dst. */
-static int route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
+int cm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
 {
 	socklen_t len = sizeof(*src);
 	int fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -236,7 +248,14 @@ SR_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 		return cm_ret(-EINVAL);
 	}
 	memcpy(&id->route.addr.dst_storage, dst_addr, dlen);
-	status = route_src(dst_addr, &src);
+	/* A multicast destination (mckey) needs no route from an id bound
+	 * to an address: the group is joined on that address's interface. */
+	if (cm_addr_multicast(dst_addr) && !cm_addr_any(&id->route.addr.src_addr)) {
+		memcpy(&src, &id->route.addr.src_storage, sizeof(src));
+		status = 0;
+	} else {
+		status = cm_route_src(dst_addr, &src);
+	}
 	if (!status) {
 		/* A wildcard bind takes the source the route gives it. */
 		if (cm_addr_any(&id->route.addr.src_addr)) {

@@ -383,6 +383,16 @@ static void attach_done_locked(struct cm_id *c, int ret, struct softrnic_stream 
 
 static void on_event_locked(struct cm_id *c, uint32_t events, struct sr_list *dead)
 {
+	if (c->id.qp_type == IBV_QPT_UD) {
+		/* datagram ids: cm_ud.c */
+		if (c->state == CM_LISTEN)
+			cm_ud_on_listen_locked(c);
+		else if (c->state == CM_REQ_SENT)
+			cm_ud_on_reply_locked(c);
+		else
+			cm_thread_unwatch_locked(c);
+		return;
+	}
 	switch (c->state) {
 	case CM_LISTEN:
 		on_listen(c);
@@ -456,6 +466,11 @@ static void on_timeouts_locked(uint64_t now, struct sr_list *dead, int *wait_ms)
 				next = c->redial_ms;
 		}
 		if (!c->deadline_ms || c->state == CM_DEAD)
+			continue;
+		if (c->deadline_ms <= now && c->state == CM_REQ_SENT &&
+		    c->id.qp_type == IBV_QPT_UD)
+			cm_ud_on_timer_locked(c, now);	/* resend, or give up */
+		if (!c->deadline_ms)
 			continue;
 		if (c->deadline_ms > now) {
 			if (!next || c->deadline_ms < next)
@@ -549,9 +564,12 @@ SR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 			return cm_ret(ret);
 	}
 	pthread_mutex_lock(&cm.lock);
-	if (cid->state != CM_BOUND || id->ps == RDMA_PS_UDP || id->ps == RDMA_PS_IPOIB) {
-		/* UD service (SIDR) is not there yet */
-		ret = cid->state == CM_BOUND ? -EOPNOTSUPP : -EINVAL;
+	if (cid->state != CM_BOUND) {
+		pthread_mutex_unlock(&cm.lock);
+		return cm_ret(-EINVAL);
+	}
+	if (id->qp_type == IBV_QPT_UD) {
+		ret = cm_ud_listen_locked(cid);
 		pthread_mutex_unlock(&cm.lock);
 		return cm_ret(ret);
 	}
@@ -592,7 +610,7 @@ SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 		return cm_ret(-EINVAL);
 	c = to_cm(id);
 	if (id->qp_type == IBV_QPT_UD)
-		return cm_ret(-EOPNOTSUPP);	/* SIDR: issue 5 */
+		return cm_ret(cm_ud_connect(c, conn_param));
 	pthread_mutex_lock(&cm.lock);
 	if (c->state != CM_ROUTE_RESOLVED) {
 		pthread_mutex_unlock(&cm.lock);
@@ -665,6 +683,8 @@ SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 	if (!id)
 		return cm_ret(-EINVAL);
 	c = to_cm(id);
+	if (id->qp_type == IBV_QPT_UD)
+		return cm_ret(cm_ud_accept(c, conn_param));
 	pthread_mutex_lock(&cm.lock);
 	if (c->state != CM_CONNECT_REQ) {
 		pthread_mutex_unlock(&cm.lock);
@@ -733,6 +753,8 @@ static int reject(struct rdma_cm_id *id, const void *pd, uint8_t pd_len, bool ec
 	if (!id)
 		return -EINVAL;
 	c = to_cm(id);
+	if (id->qp_type == IBV_QPT_UD)
+		return cm_ud_reject(c, pd, pd_len);	/* a SIDR reply, as the kernel's */
 	if (pd_len > cm_pd_limit(cm.iwarp, CM_PD_REJ) || (pd_len && !pd))
 		return -EINVAL;
 	pthread_mutex_lock(&cm.lock);
@@ -821,6 +843,10 @@ SR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	if (!id)
 		return cm_ret(-EINVAL);
 	c = to_cm(id);
+	/* A datagram id holds no connection: nothing to tear down, and its
+	 * QP stays usable (the kernel's SIDR has no DREQ either). */
+	if (id->qp_type == IBV_QPT_UD)
+		return cm_ret(-EINVAL);
 	pthread_mutex_lock(&cm.lock);
 	switch (c->state) {
 	case CM_CONNECTED:

@@ -274,6 +274,34 @@ int cm_event_push_locked(struct cm_id *id, int type, int status,
 	return 0;
 }
 
+int cm_event_push_ud_locked(struct cm_id *owner, struct cm_id *child, int type, int status,
+			    const struct rdma_ud_param *ud, const void *pd, size_t pd_len)
+{
+	struct cm_event *e;
+
+	if (owner->state == CM_DEAD || !owner->id.channel)
+		return -EINVAL;
+	e = event_new(owner, type, status, NULL, pd, pd_len);
+	if (!e)
+		return -ENOMEM;
+	{
+		const void *p = e->ev.param.ud.private_data;
+		uint8_t len = e->ev.param.ud.private_data_len;
+
+		e->ev.param.ud = *ud;
+		e->ev.param.ud.private_data = pd_len ? p : ud->private_data;
+		e->ev.param.ud.private_data_len = len;
+	}
+	if (child) {
+		e->ev.id = &child->id;
+		e->ev.listen_id = &owner->id;
+		e->child = child;
+	}
+	sr_dbg("cm id %p: %s status %d (ud)", (void *)owner, cm_event_name(type), status);
+	chan_add_locked(to_channel(owner->id.channel), e);
+	return 0;
+}
+
 int cm_push_request_locked(struct cm_id *listener, struct cm_id *child,
 			   const void *pd, size_t pd_len)
 {
@@ -386,7 +414,8 @@ int cm_complete(struct cm_id *cid)
 	if (ev->status) {
 		if (ev->event == RDMA_CM_EVENT_REJECTED)
 			return -ECONNREFUSED;
-		return ev->status < 0 ? ev->status : -EPROTO;
+		/* ucma_complete: a positive status (a SIDR reply's) is errno */
+		return ev->status < 0 ? ev->status : -ev->status;
 	}
 	return 0;
 }
@@ -524,6 +553,7 @@ SR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		rdma_ack_cm_event(id->event);
 		id->event = NULL;
 	}
+	cm_mcast_leave_all(cid);
 	sr_list_init(&dead);
 	pthread_mutex_lock(&cm.lock);
 	cm_busy_take_locked(cid);

@@ -6,8 +6,6 @@
  * poll(2) and select(2) for descriptors that are not rsockets (rping,
  * ucmatose, udaddy and mckey poll their event channel with rpoll), and no
  * descriptor is an rsocket here, so they are exactly poll and select.
- *
- * Multicast (rdma_join_multicast) needs UD QPs: issue 5. ENOSYS.
  */
 #include "cm/cm.h"
 
@@ -64,9 +62,3 @@ SR_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *excep
 {
 	return select(nfds, readfds, writefds, exceptfds, timeout);
 }
-
-SR_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-	ENOSYS_INT
-SR_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
-				     void *context) ENOSYS_INT
-SR_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr) ENOSYS_INT

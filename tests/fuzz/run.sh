@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the wire fuzzers with clang and run them for SECONDS (default 20)
-# in all: the UD datagram decoder (tests/fuzz/fuzz_ud.c) for a quarter of
+# in all, after 3 s of the datagram CM's decoder (tests/fuzz/fuzz_sidr.c): the UD datagram decoder (tests/fuzz/fuzz_ud.c) for a quarter of
 # the time (at least 5 s), then the iWARP decoders (tests/fuzz/fuzz_wire.c)
 # for the rest, each from a small seed corpus that this script writes.
 #
@@ -21,7 +21,17 @@ dict=$build/fuzz-wire.dict
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DSOFTRNIC_FUZZ=ON \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire fuzz_ud
+cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire fuzz_ud fuzz_sidr
+
+# The datagram CM's request and reply (src/cm/cm_sidr.h): 3 s.
+sidr_corpus=$build/fuzz-corpus/sidr
+mkdir -p "$sidr_corpus" "$artifacts"
+printf 'SC\x01\x01\x01\x02\x03\x04\x00\x12\x34\x56\x01\x23\x45\x67\x00\x02\x00\x00hi' \
+	>"$sidr_corpus/seed-req"
+printf 'SC\x01\x02\x01\x02\x03\x04\x00\x00\x00\x07\x01\x23\x45\x67\x02\x00\x00\x00' \
+	>"$sidr_corpus/seed-rej"
+"$build/bin/fuzz_sidr" -max_total_time=3 -max_len=256 -timeout=10 \
+	-print_final_stats=1 -artifact_prefix="$artifacts/" "$sidr_corpus"
 
 # UD: a SEND with immediate and a plain SEND (wire/ud.h), and a GRH area.
 ud_secs=$((secs / 4 > 5 ? secs / 4 : 5))
