@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -327,6 +329,25 @@ void tcp_drain_locked(struct tcp_chan *tc)
 		if (now >= until || poll(&pfd, 1, (int)((until - now) / 1000000) + 1) <= 0 ||
 		    (pfd.revents & (POLLERR | POLLHUP)))
 			break;
+	}
+	/* Our FIN goes behind what the socket has not sent yet. A peer that
+	 * stopped reading (back-pressure: its receive window is shut) would
+	 * never see it, and would wait for ever for a peer that is gone:
+	 * give what is left the same second, then reset the stream instead. */
+	for (;;) {
+		int unsent = 0;
+
+		if (ioctl(tc->pl.fd, SIOCOUTQNSD, &unsent) < 0 || unsent <= 0)
+			break;
+		if (progress_now_ns() >= until) {
+			struct linger abort_close = { .l_onoff = 1, .l_linger = 0 };
+
+			sr_dbg("tcp %p: %d bytes the peer does not take: reset", (void *)tc, unsent);
+			setsockopt(tc->pl.fd, SOL_SOCKET, SO_LINGER, &abort_close,
+				   sizeof(abort_close));
+			return;
+		}
+		usleep(1000);
 	}
 	shutdown(tc->pl.fd, SHUT_WR);
 }
@@ -709,15 +730,28 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 			 * completions and receives itself: stop competing with
 			 * it (wakeups, locks) until it stops. */
 			tc->poll_owned = true;
-			want(tc, tc->events & ~(uint32_t)EPOLLIN);
+			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 			progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_CHECK_NS);
 			pthread_mutex_unlock(&tc->lock);
 			return;
 		}
+		if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !(tc->events & EPOLLIN)) {
+			if (tc->rx_paused) {
+				/* The peer closed or reset while we held its
+				 * data back: nobody will take it now (IB: the
+				 * peer disconnected; what it sent is lost). */
+				pthread_mutex_unlock(&tc->lock);
+				tcp_fail(tc, "peer closed the stream while it was held back");
+				return;
+			}
+			/* a poller owned it: take it back and read to the end */
+			tc->poll_owned = false;
+			want(tc, tc->events | rx_events(tc));
+		}
 		pthread_mutex_unlock(&tc->lock);
 		if (tc->nfaults || tc->tx_written)
 			tcp_tx_faults(tc);
-		if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+		if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			tcp_rx(tc);
 		return;
 	case TS_DEAD:

@@ -192,10 +192,12 @@ bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 void set_state(struct tcp_chan *tc, enum tcp_state s);
 void want(struct tcp_chan *tc, uint32_t events);
 void tcp_fail(struct tcp_chan *tc, const char *why);
-/* The input interest the stream should have now (EPOLLIN or 0). */
+/* The input interest the stream should have now: EPOLLIN, or while it
+ * does not read (back-pressure, a poller owns it) EPOLLRDHUP, so that a
+ * peer that closes is still noticed. */
 static inline uint32_t rx_events(const struct tcp_chan *tc)
 {
-	return tc->rx_paused || tc->poll_owned ? 0 : EPOLLIN;
+	return tc->rx_paused || tc->poll_owned ? EPOLLRDHUP : EPOLLIN;
 }
 
 struct sr_tcp_ctx *tcp_ctx_get(struct sr_context *ctx);

@@ -729,7 +729,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		if (!tc->dr.active && qp_rx_congested(qp)) {
 			pthread_mutex_lock(&tc->lock);
 			tc->rx_paused = true;
-			want(tc, tc->events & ~(uint32_t)EPOLLIN);
+			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 			pthread_mutex_unlock(&tc->lock);
 			tcp_kick_now(tc);	/* answers owed so far go now */
 			return NULL;

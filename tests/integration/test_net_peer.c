@@ -427,6 +427,61 @@ static void dereg_after_kill_opts(struct net_opts *o)
 	o->buf_len = 4 * MIB;
 }
 
+/* ---- the peer leaves while its SENDs are held back ----------------------- */
+
+/* B sends more SENDs than A's back-pressure lets in (64 MiB parked, no
+ * receive posted), destroys its QP and exits. A's stream does not read
+ * while paused, so B's goodbye and FIN sit behind data A will not take:
+ * B resets the stream instead, and A's QP goes to ERROR in bounded time,
+ * not never (qperf -cm1's server waited for ever for DISCONNECTED). */
+static void held_close_a(struct net_end *n)
+{
+	uint64_t t0;
+	int st;
+
+	net_expect(n, T_READY, "B sending");
+	/* let the backlog fill and the stream pause */
+	usleep(1500 * 1000);
+	net_put(n, T_DONE);
+	while (waitpid(n->peer_pid, &st, 0) < 0 && errno == EINTR)
+		;
+	net_child_pid = 0;
+	n->peer_pid = 0;
+	t0 = now_ms();
+	wait_err(n->qp, LOST_MS, "QP whose peer left while held back");
+	NOTE("held-back stream: peer's exit noticed after %llu ms",
+	     (unsigned long long)(now_ms() - t0));
+}
+
+static void held_close_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+	int posted = 0;
+
+	net_put(n, T_READY);
+	/* 96 x 1 MiB, more than the 64 MiB A will hold */
+	while (posted < 96) {
+		if (post_send1(n->qp, IBV_WR_SEND, 1, n->b.p, 1 * MIB, n->b.mr->lkey, 0,
+			       0, 0, 0) == 0)
+			posted++;
+		else
+			usleep(1000);
+		while (ibv_poll_cq(n->scq, 1, &wc) == 1)
+			;
+	}
+	net_expect(n, T_DONE, "A watching");
+	/* an orderly teardown, with everything still in flight */
+	CHECK(ibv_destroy_qp(n->qp) == 0, "destroy QP");
+	n->qp = NULL;
+	_exit(0);
+}
+
+static void held_close_opts(struct net_opts *o)
+{
+	o->buf_len = 1 * MIB;
+	o->max_send_wr = 128;
+}
+
 /* ---- table --------------------------------------------------------------- */
 
 struct pcase {
@@ -444,6 +499,7 @@ static const struct pcase cases[] = {
 	CASE(orderly_alive, NULL),
 	CASE(destroy_under_traffic, traffic_opts),
 	CASE(dereg_after_kill, dereg_after_kill_opts),
+	CASE(held_close, held_close_opts),
 };
 
 static void run_case(size_t i)
@@ -456,7 +512,7 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6)
 
 int main(int argc, char **argv)
 {
@@ -464,6 +520,7 @@ int main(int argc, char **argv)
 		{ cases[0].name, sub0 }, { cases[1].name, sub1 },
 		{ cases[2].name, sub2 }, { cases[3].name, sub3 },
 		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
+		{ cases[6].name, sub6 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
