@@ -192,6 +192,11 @@ bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 void set_state(struct tcp_chan *tc, enum tcp_state s);
 void want(struct tcp_chan *tc, uint32_t events);
 void tcp_fail(struct tcp_chan *tc, const char *why);
+
+/* tcp_setup.c: streams of QPs connected by hand, until they are UP */
+void tcp_accept(struct sr_pollable *p, uint32_t events);	/* the listener */
+void tcp_setup_event_locked(struct tcp_chan *tc, uint32_t events);
+void tcp_setup_timer_locked(struct tcp_chan *tc);
 /* The input interest the stream should have now: EPOLLIN, or while it
  * does not read (back-pressure, a poller owns it) EPOLLRDHUP, so that a
  * peer that closes is still noticed. */
