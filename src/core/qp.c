@@ -197,13 +197,16 @@ int qp_destroy(struct sr_qp *qp)
 	qp_unlink(qp);
 	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UD)
 		ud_qp_destroy(qp);
+	/* Lookups that found it before it was unlisted finish first. One
+	 * of them may be a channel telling it that its peer left, which arms
+	 * a timer (qp_chan_gone): so the timers are cancelled after, when
+	 * nobody else holds the QP and nothing can arm them again. */
+	while (atomic_load(&qp->refs) > 1)
+		sched_yield();
 	if (qp->rnr_pg) {
 		progress_timer_cancel(qp->rnr_pg, &qp->rnr_timer);
 		progress_timer_cancel(qp->rnr_pg, &qp->gone_timer);
 	}
-	/* Lookups that found it before it was unlisted finish first. */
-	while (atomic_load(&qp->refs) > 1)
-		sched_yield();
 	pthread_mutex_lock(&qp->lock);
 	qp->state = IBV_QPS_RESET;
 	qp_rx_pending_clear_locked(qp);
