@@ -46,3 +46,40 @@ show() {
 	echo "  --- $1 output:"
 	sed 's/^/  | /' "$2"
 }
+
+# run_pair NAME PROG ARGS...: run `PROG ARGS -p PORT` through softrnic run as a
+# server (output in $tmp/NAME.srv), then `PROG ARGS -p PORT 127.0.0.1` as its
+# client ($tmp/NAME.cli), each bounded by CASE_TIMEOUT; a port another
+# process takes first is retried with another. Reports a side that exits
+# non-zero with fail(); returns 0 if both exited 0.
+run_pair() {
+	local name=$1 prog=$2 port spid src crc attempt
+	shift 2
+	for attempt in 1 2 3; do
+		port=$(free_port)
+		timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" "$@" -p "$port" \
+			>"$tmp/$name.srv" 2>&1 &
+		spid=$!
+		pids=("$spid")
+		for _ in $(seq 100); do
+			listening "$port" && break
+			kill -0 "$spid" 2>/dev/null || break
+			sleep 0.05
+		done
+		grep -q "Couldn't listen to port" "$tmp/$name.srv" || break
+		wait "$spid"
+	done
+	timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" "$@" -p "$port" 127.0.0.1 \
+		>"$tmp/$name.cli" 2>&1
+	crc=$?
+	wait "$spid"
+	src=$?
+	pids=()
+	if ((src != 0)); then
+		fail "$name: server ($prog $* -p PORT) exited $src$( ((src == 124)) && echo ' (timed out)')"
+	fi
+	if ((crc != 0)); then
+		fail "$name: client ($prog $* -p PORT 127.0.0.1) exited $crc$( ((crc == 124)) && echo ' (timed out)')"
+	fi
+	((src == 0 && crc == 0))
+}

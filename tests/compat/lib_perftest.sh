@@ -32,7 +32,7 @@ rows() {
 # client of 127.0.0.1, and check both. NROWS: the result rows the client
 # prints (one per message size).
 pair() {
-	local name=$1 nrows=$2 prog=$3 port spid src crc t0 ok=1 col n srv_rows attempt
+	local name=$1 nrows=$2 prog=$3 t0 ok=1 col n srv_rows
 	shift 3
 	if ((SECONDS > BUDGET)); then
 		fail "$name: not run, the script's time budget (${BUDGET}s) is spent"
@@ -49,36 +49,7 @@ pair() {
 	*) srv_rows=1 ;;
 	esac
 	t0=$(date +%s%N)
-	# The server listens on its port once it has opened the device.
-	# Another process may take the port first: then try another one.
-	for attempt in 1 2 3; do
-		port=$(free_port)
-		timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" -d softrnic0 -p "$port" "$@" \
-			>"$tmp/$name.srv" 2>&1 &
-		spid=$!
-		pids=("$spid")
-		for _ in $(seq 100); do
-			listening "$port" && break
-			kill -0 "$spid" 2>/dev/null || break
-			sleep 0.05
-		done
-		grep -q "Couldn't listen to port" "$tmp/$name.srv" || break
-		wait "$spid"
-	done
-	timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" -d softrnic0 -p "$port" "$@" 127.0.0.1 \
-		>"$tmp/$name.cli" 2>&1
-	crc=$?
-	wait "$spid"
-	src=$?
-	pids=()
-	if ((src != 0)); then
-		fail "$name: server ($prog -d softrnic0 -p PORT $*) exited $src$( ((src == 124)) && echo ' (timed out)')"
-		ok=0
-	fi
-	if ((crc != 0)); then
-		fail "$name: client ($prog -d softrnic0 -p PORT $* 127.0.0.1) exited $crc$( ((crc == 124)) && echo ' (timed out)')"
-		ok=0
-	fi
+	run_pair "$name" "$prog" -d softrnic0 "$@" || ok=0
 	if ! n=$(rows "$tmp/$name.cli" "$col") || ((n != nrows)); then
 		fail "$name: client printed $n valid result rows, expected $nrows"
 		ok=0

@@ -17,43 +17,14 @@ fi
 # pair NAME ITERS PROG ARGS...: run PROG ARGS as server, then as client of
 # 127.0.0.1, and check both. ITERS is the count the "iters in" lines report.
 pair() {
-	local name=$1 iters=$2 prog=$3 port spid src crc t0 ok=1 side attempt
+	local name=$1 iters=$2 prog=$3 t0 ok=1 side
 	shift 3
 	if ((SECONDS > BUDGET)); then
 		fail "$name: not run, the script's time budget (${BUDGET}s) is spent"
 		return
 	fi
 	t0=$(date +%s%N)
-	# The server listens on its port once its QP exists. Another process
-	# may take the port first: then try another one.
-	for attempt in 1 2 3; do
-		port=$(free_port)
-		timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" -g 0 -p "$port" "$@" \
-			>"$tmp/$name.srv" 2>&1 &
-		spid=$!
-		pids=("$spid")
-		for _ in $(seq 100); do
-			listening "$port" && break
-			kill -0 "$spid" 2>/dev/null || break
-			sleep 0.05
-		done
-		grep -q "Couldn't listen to port" "$tmp/$name.srv" || break
-		wait "$spid"
-	done
-	timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "$prog" -g 0 -p "$port" "$@" 127.0.0.1 \
-		>"$tmp/$name.cli" 2>&1
-	crc=$?
-	wait "$spid"
-	src=$?
-	pids=()
-	if ((src != 0)); then
-		fail "$name: server ($prog -g 0 -p PORT $*) exited $src$( ((src == 124)) && echo ' (timed out)')"
-		ok=0
-	fi
-	if ((crc != 0)); then
-		fail "$name: client ($prog -g 0 -p PORT $* 127.0.0.1) exited $crc$( ((crc == 124)) && echo ' (timed out)')"
-		ok=0
-	fi
+	run_pair "$name" "$prog" -g 0 "$@" || ok=0
 	for side in srv cli; do
 		if ! grep -Eq "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter$" "$tmp/$name.$side"; then
 			fail "$name: $side printed no '$iters iters in ... usec/iter' line"

@@ -377,41 +377,21 @@ static CM_UNUSED uint64_t cm_getv(struct cm_side *s)
 static CM_UNUSED void cm_fork_run(const char *addr, cm_side_fn server,
 				  cm_side_fn client)
 {
-	static int registered;
-	int sv[2];
-	pid_t parent = getpid();
+	int fd;
+	pid_t pid = net_fork_side(&fd);
 
-	signal(SIGPIPE, SIG_IGN);
-	if (!registered) {
-		atexit(net_kill_child);
-		registered = 1;
-	}
-	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0,
-	      "socketpair: %s", strerror(errno));
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
-	CHECK(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
-		struct cm_side s = { .fd = sv[1], .addr = addr };
+		struct cm_side s = { .fd = fd, .addr = addr };
 
-		net_child_pid = 0;
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		alarm(NET_CHILD_TIMEOUT_S);
-		close(sv[0]);
 		server(&s);
 		exit(0);
 	}
-	struct cm_side s = { .fd = sv[0], .addr = addr, .peer_pid = pid };
+	struct cm_side s = { .fd = fd, .addr = addr, .peer_pid = pid };
 
-	net_child_pid = pid;
-	close(sv[1]);
 	client(&s);
 	int st = net_wait_child(pid, 10000);
 	net_check_child_status(st, "server side");
-	close(sv[0]);
+	close(fd);
 }
 
 /* ---- a listening server and a connecting client ------------------------ */

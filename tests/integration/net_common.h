@@ -499,12 +499,15 @@ static NET_UNUSED void net_check_child_status(int st, const char *what)
 
 /* Run one subtest in two processes. Side functions may end with the QP in
  * any state; unless they exit themselves, the common teardown runs. */
-static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
-				    net_side_fn fb)
+/* Fork the side-B process of a two-process subtest: returns its pid in the
+ * parent (side A), 0 in the child, *fd the out-of-band stream to the
+ * other side. The child dies with its parent and is bounded by an alarm;
+ * an atexit handler kills it if A fails. */
+static NET_UNUSED pid_t net_fork_side(int *fd)
 {
 	static int registered;
 	int sv[2];
-	pid_t parent = getpid();
+	pid_t parent = getpid(), pid;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (!registered) {
@@ -515,35 +518,43 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 	      "socketpair: %s", strerror(errno));
 	fflush(stdout);
 	fflush(stderr);
-	pid_t pid = fork();
+	pid = fork();
 	CHECK(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
-		struct net_end n;
-
 		net_child_pid = 0;
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(1);
 		alarm(NET_CHILD_TIMEOUT_S);
 		close(sv[0]);
-		memset(&n, 0, sizeof(n));
+		*fd = sv[1];
+		return 0;
+	}
+	net_child_pid = pid;
+	close(sv[1]);
+	*fd = sv[0];
+	return pid;
+}
+
+static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
+				    net_side_fn fb)
+{
+	struct net_end n;
+	int fd;
+	pid_t pid = net_fork_side(&fd);
+
+	memset(&n, 0, sizeof(n));
+	n.fd = fd;
+	n.o = *o;
+	if (pid == 0) {
 		n.role = NET_B;
-		n.fd = sv[1];
-		n.o = *o;
 		net_setup(&n);
 		fb(&n);
 		net_teardown(&n);
 		exit(0);
 	}
-	struct net_end n;
-
-	net_child_pid = pid;
-	close(sv[1]);
-	memset(&n, 0, sizeof(n));
 	n.role = NET_A;
-	n.fd = sv[0];
 	n.peer_pid = pid;
-	n.o = *o;
 	net_setup(&n);
 	fa(&n);
 	if (n.qp)
@@ -553,7 +564,7 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 		int st = net_wait_child(pid, 10000);
 		net_check_child_status(st, "after the test");
 	}
-	close(sv[0]);
+	close(fd);
 }
 
 /* ---- plain TCP out-of-band (two unrelated processes, e.g. netns) ------- */
