@@ -39,8 +39,24 @@ results=$conf/results.tsv status=$conf/status.txt
 : >"$results"
 : >"$status"
 
+# The suite's huge-page tests (test_odp, test_parent_domain) skip unless
+# 2 MiB pages are reserved. As root, reserve a few for the run and give
+# them back after; otherwise say how.
+hp=/proc/sys/vm/nr_hugepages hp_old= HUGE_PAGES=64
+if [[ -r $hp ]] && (($(<"$hp") < HUGE_PAGES)); then
+	old=$(<"$hp")
+	if [[ -w $hp ]] && echo "$HUGE_PAGES" >"$hp" 2>/dev/null; then
+		hp_old=$old
+		echo "rdma_core_suite: reserved $(<"$hp") huge pages of 2 MiB for the run"
+	else
+		echo "rdma_core_suite: no huge pages reserved: the huge-page tests skip" \
+		     "(as root: echo $HUGE_PAGES > $hp)"
+	fi
+fi
+restore_hp() { [[ -n $hp_old ]] && echo "$hp_old" >"$hp" 2>/dev/null; true; }
+
 pid=
-trap '[[ -n $pid ]] && kill -- -"$pid" 2>/dev/null; exit 1' INT TERM HUP
+trap '[[ -n $pid ]] && kill -- -"$pid" 2>/dev/null; restore_hp; exit 1' INT TERM HUP
 cd "$conf" || exit 1
 for m in "${modules[@]}"; do
 	# Own process group (setsid), so a timeout takes the module's helper
@@ -56,6 +72,7 @@ for m in "${modules[@]}"; do
 	printf '%-22s %s\n' "$m:" "$(grep -E '^(Ran |OK|FAILED)' "$conf/$m.log" | tr '\n' ' ')"
 	((rc == 124)) && echo "  (timed out after 300 s)"
 done
+restore_hp
 echo
 "$py" "$here/rdma_core_suite.py" --check "$results" "$status" "$here/rdma_core_expected.txt"
 rc=$?
