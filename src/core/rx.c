@@ -721,6 +721,9 @@ void qp_chan_gone(struct sr_qp *qp)
 {
 	pthread_mutex_lock(&qp->lock);
 	qp->peer_gone = true;
+	if (qp->sq_head != qp->sq_tail)
+		sr_dbg("QP %#x: the peer destroyed its QP with %u WQEs unanswered",
+		       qp->ibqp.qp_base.qp_num, qp->sq_tail - qp->sq_head);
 	if (qp->sq_head != qp->sq_tail && qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
 		qp_gone_arm_locked(qp);
 	pthread_mutex_unlock(&qp->lock);

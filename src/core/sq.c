@@ -355,8 +355,17 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		}
 		if (chan_send(qp->chan, m) ||
 		    (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && sq_send_imm(qp, w))) {
-			/* The stream is gone: as on IB, the request times out. */
-			qp_fail_retry_locked(qp);
+			/* The stream is gone: as on IB, the request times
+			 * out, after the transport timeout, not at once. The
+			 * channel may not have told us yet (a peer that
+			 * destroyed its QP: qp_chan_gone runs after the
+			 * stream is marked dead), and a program that posts
+			 * its last reply as the peer leaves must see what it
+			 * would see on IB: its other requests complete, this
+			 * one fails later. A lost stream (qp_chan_lost)
+			 * ends the QP sooner anyway. */
+			qp->peer_gone = true;
+			qp_gone_arm_locked(qp);
 			return;
 		}
 	}
