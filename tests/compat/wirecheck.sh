@@ -47,9 +47,16 @@ pair() {
 capture() {	# capture FILE EXT: run the traffic with SOFTRNIC_EXT=EXT
 	local file=$1
 	ip netns exec "$ns" dumpcap -q -B 256 -s 0 -i lo -f "tcp" -w "$file" >/dev/null 2>&1 &
-	local cpid=$!
+	local cpid=$! t
 	pids+=("$cpid")
-	sleep 1
+	# Traffic only once dumpcap captures: it writes the file's header
+	# when it starts, which on a loaded machine (ASan) can take more
+	# than a second; a stream it joins late looks like lost segments.
+	for ((t = 0; t < 100; t++)); do
+		[ -s "$file" ] && break
+		sleep 0.1
+	done
+	sleep 0.3
 	# Modest volumes: a capture that drops segments loses the MPA framing.
 	# (rc_pingpong only between softrnic peers: in plain iWARP a peer's
 	# close ends the stream and flushes the receives the other side
