@@ -129,12 +129,90 @@ void ctx_close(struct sr_context *ctx);
 struct sr_qp *ctx_find_qp(uint32_t qpn);
 void ctx_async_event(struct sr_context *ctx, void *obj, enum ibv_event_type t);
 
-/* ---- PD, MR, MW, AH ----------------------------------------------------- */
+/* ---- PD, parent domain, TD, MR, MW, AH ----------------------------------- */
+/* A thread domain (ibv_alloc_td(3)): a promise that the objects under it
+ * are used by one thread at a time. A hint here: every object keeps its
+ * locks (the man page allows it: objects stay thread safe regardless). */
+struct sr_td {
+	struct ibv_td ibtd;
+	atomic_int refs;		/* parent domains that use it */
+};
+static inline struct sr_td *to_td(struct ibv_td *t) { return (struct sr_td *)t; }
+
+typedef void *(*sr_pd_alloc_fn)(struct ibv_pd *pd, void *pd_context, size_t size,
+				size_t alignment, uint64_t resource_type);
+typedef void (*sr_pd_free_fn)(struct ibv_pd *pd, void *pd_context, void *ptr,
+			      uint64_t resource_type);
+
+/* A PD, or a parent domain (ibv_alloc_parent_domain(3)): a PD of its own
+ * kind that stands for its protection domain everywhere (prot), adds an
+ * optional TD, and may route the queue buffers of the QPs, SRQs and CQs
+ * made on it through the application's allocator. */
 struct sr_pd {
 	struct ibv_pd ibpd;
 	atomic_int refs;		/* objects that use it */
+	struct sr_pd *prot;		/* protection domain: itself (or NULL),
+					 * or the parent domain's PD */
+	struct sr_td *td;		/* parent domain: its TD, or NULL */
+	sr_pd_alloc_fn alloc;		/* parent domain allocators, or NULL */
+	sr_pd_free_fn free;
+	void *pd_context;
 };
 static inline struct sr_pd *to_pd(struct ibv_pd *p) { return (struct sr_pd *)p; }
+/* A PD made without pd_init (prot NULL) is its own protection domain. */
+static inline const struct sr_pd *pd_prot(const struct sr_pd *pd)
+{
+	return pd->prot ? pd->prot : pd;
+}
+static inline bool pd_is_parent(const struct sr_pd *pd) { return pd_prot(pd) != pd; }
+/* Do two PDs (or parent domains) grant access to each other's objects? */
+static inline bool pd_same(const struct sr_pd *a, const struct sr_pd *b)
+{
+	return pd_prot(a) == pd_prot(b);
+}
+
+void pd_init(struct sr_pd *pd, struct ibv_context *context);
+int pd_alloc_parent(struct sr_context *ctx, struct ibv_parent_domain_init_attr *attr,
+		    struct sr_pd **out);
+/* Free a PD or parent domain; -EBUSY while objects use it. */
+int pd_dealloc(struct sr_pd *pd);
+int td_alloc(struct sr_context *ctx, struct ibv_td_init_attr *attr, struct sr_td **out);
+int td_dealloc(struct sr_td *td);
+
+/* Queue buffers (SQ, RQ, SRQ and CQ rings), zero-filled: from the parent
+ * domain's alloc() when it has one and does not answer
+ * IBV_ALLOCATOR_USE_DEFAULT, else from the heap. *custom says which, for
+ * pd_buf_free. pd may be NULL. Call only from the application's thread
+ * (create, resize, destroy): alloc() and free() are its code. The
+ * resource types are documented in docs/COMPAT.md. */
+enum {
+	SR_RES_TYPE_SQ = 1,
+	SR_RES_TYPE_RQ = 2,
+	SR_RES_TYPE_SRQ = 3,
+	SR_RES_TYPE_CQ = 4,
+};
+void *pd_buf_alloc(struct sr_pd *pd, size_t size, uint64_t type, bool *custom);
+void pd_buf_free(struct sr_pd *pd, void *p, uint64_t type, bool custom);
+
+/* Device memory (ibv_alloc_dm(3)): host memory owned by the device, with
+ * a process-wide budget (SOFTRNIC_DM_SIZE, docs/CONFIG.md). An imported
+ * DM (ibv_import_dm) points at the one it names. */
+struct sr_dm {
+	struct ibv_dm ibdm;
+	struct sr_dm *orig;		/* import: the allocated DM, else NULL */
+	uint8_t *buf;			/* page-aligned, mapped length */
+	size_t length;			/* what was asked */
+	size_t mapped;
+	atomic_int refs;		/* MRs on it, imports of it */
+	struct sr_list link;		/* in the process-wide DM list */
+};
+static inline struct sr_dm *to_dm(struct ibv_dm *d) { return (struct sr_dm *)d; }
+
+uint64_t dm_max_size(void);
+int dm_alloc(struct sr_context *ctx, const struct ibv_alloc_dm_attr *attr, struct sr_dm **out);
+int dm_free(struct sr_dm *dm);
+int dm_import(struct sr_context *ctx, uint32_t handle, struct sr_dm **out);
+void dm_unimport(struct sr_dm *dm);
 
 struct sr_mr {
 	struct ibv_mr ibmr;
@@ -144,6 +222,7 @@ struct sr_mr {
 	uintptr_t vaddr;		/* process address backing iova */
 	int access;
 	bool implicit;			/* whole address space (implicit ODP) */
+	struct sr_dm *dm;		/* ibv_reg_dm_mr: the DM it maps */
 	atomic_int users;		/* placements running + bound MWs */
 	atomic_int mw_binds;
 };
@@ -202,6 +281,10 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 void mr_release(struct sr_mref *r);
 int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
 	   int access, struct sr_mr **out);
+/* ibv_reg_dm_mr(3): a zero-based region over [offset, offset+len) of a
+ * DM, usable as a local SGE and, with remote rights, as an RDMA target. */
+int mr_reg_dm(struct sr_pd *pd, struct sr_dm *dm, uint64_t offset, size_t len,
+	      int access, struct sr_mr **out);
 int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	     size_t len, int access);
 int mr_dereg(struct sr_mr *mr);
@@ -253,11 +336,17 @@ struct sr_cq {
 	uint32_t events_pending;	/* comp events handed out */
 	uint32_t async_given;		/* async events handed out */
 	int comp_vector;
+	struct sr_pd *pd;		/* parent domain (IBV_CQ_INIT_ATTR_MASK_PD) */
+	bool ring_custom;		/* ring came from its alloc() */
 };
 static inline struct sr_cq *to_cq(struct ibv_cq *c) { return (struct sr_cq *)c; }
 
 int cq_create(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 	      int comp_vector, struct sr_cq **out);
+/* The same, with a parent domain (ibv_create_cq_ex, IBV_CQ_INIT_ATTR_MASK_PD):
+ * the ring comes from its allocator and the CQ holds it. */
+int cq_create_pd(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
+		 int comp_vector, struct sr_pd *pd, struct sr_cq **out);
 int cq_destroy(struct sr_cq *cq);
 int cq_resize(struct sr_cq *cq, int cqe);
 /* Add one completion; raises the channel event if armed. solicited: the
@@ -288,6 +377,9 @@ struct sr_rq {
 	uint8_t *buf;			/* size * stride */
 	uint32_t stride, size, max_sge;
 	uint32_t head, tail;		/* free-running; head = next to consume */
+	struct sr_pd *pd;		/* whose allocator buf came from, or NULL */
+	uint64_t res_type;
+	bool custom;
 };
 
 static inline struct sr_rwqe *rq_at(struct sr_rq *q, uint32_t i)
@@ -308,6 +400,9 @@ struct sr_srq {
 static inline struct sr_srq *to_srq(struct ibv_srq *s) { return (struct sr_srq *)s; }
 
 int rq_init(struct sr_rq *q, uint32_t max_wr, uint32_t max_sge);
+/* The same, with the buffer from pd's allocator (pd_buf_alloc). */
+int rq_init_pd(struct sr_rq *q, struct sr_pd *pd, uint64_t type, uint32_t max_wr,
+	       uint32_t max_sge);
 void rq_free(struct sr_rq *q);
 int rq_post(struct sr_rq *q, const struct ibv_recv_wr *wr, uint32_t max_wr);
 int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq **out);

@@ -27,6 +27,12 @@ static uint32_t cq_slots(int cqe)
 int cq_create(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 	      int comp_vector, struct sr_cq **out)
 {
+	return cq_create_pd(ctx, cqe, ch, comp_vector, NULL, out);
+}
+
+int cq_create_pd(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
+		 int comp_vector, struct sr_pd *pd, struct sr_cq **out)
+{
 	struct sr_cq *cq;
 
 	if (cqe < 1 || cqe > SR_MAX_CQE)
@@ -39,7 +45,9 @@ int cq_create(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 	if (!cq)
 		return -ENOMEM;
 	cq->size = cq_slots(cqe);
-	cq->ring = calloc(cq->size, sizeof(*cq->ring));
+	cq->pd = pd;
+	cq->ring = pd_buf_alloc(pd, cq->size * sizeof(*cq->ring), SR_RES_TYPE_CQ,
+				&cq->ring_custom);
 	if (!cq->ring) {
 		free(cq);
 		return -ENOMEM;
@@ -53,6 +61,8 @@ int cq_create(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 	pthread_cond_init(&cq->ibcq.cond, NULL);
 	if (ch)
 		atomic_fetch_add(&ch->refs, 1);
+	if (pd)
+		atomic_fetch_add(&pd->refs, 1);
 	atomic_fetch_add(&ctx->ncq, 1);
 	cq_init_ex_ops(cq);
 	*out = cq;
@@ -74,42 +84,49 @@ int cq_destroy(struct sr_cq *cq)
 	evq_remove_obj(&ctx->async, cq);
 	if (ch)
 		atomic_fetch_sub(&ch->refs, 1);
+	if (cq->pd)
+		atomic_fetch_sub(&cq->pd->refs, 1);
 	atomic_fetch_sub(&ctx->ncq, 1);
 	pthread_mutex_destroy(&cq->lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
-	free(cq->ring);
+	pd_buf_free(cq->pd, cq->ring, SR_RES_TYPE_CQ, cq->ring_custom);
 	free(cq);
 	return 0;
 }
 
 int cq_resize(struct sr_cq *cq, int cqe)
 {
-	struct sr_cqe *nr;
+	struct sr_cqe *nr, *old;
 	uint32_t n, i;
+	bool custom, old_custom;
 
 	if (cqe < 1 || cqe > SR_MAX_CQE)
 		return -EINVAL;
+	/* The new ring is allocated outside the lock: it may come from the
+	 * parent domain's allocator, which is the application's code. */
+	nr = pd_buf_alloc(cq->pd, cq_slots(cqe) * sizeof(*nr), SR_RES_TYPE_CQ, &custom);
+	if (!nr)
+		return -ENOMEM;
 	pthread_mutex_lock(&cq->lock);
 	n = cq->tail - cq->head;
 	if ((uint32_t)cqe < n) {
 		pthread_mutex_unlock(&cq->lock);
+		pd_buf_free(cq->pd, nr, SR_RES_TYPE_CQ, custom);
 		return -EINVAL;
-	}
-	nr = calloc(cq_slots(cqe), sizeof(*nr));
-	if (!nr) {
-		pthread_mutex_unlock(&cq->lock);
-		return -ENOMEM;
 	}
 	for (i = 0; i < n; i++)
 		nr[i] = cq->ring[(cq->head + i) & (cq->size - 1)];
-	free(cq->ring);
+	old = cq->ring;
+	old_custom = cq->ring_custom;
 	cq->ring = nr;
+	cq->ring_custom = custom;
 	cq->size = cq_slots(cqe);
 	cq->head = 0;
 	cq->tail = n;
 	cq->ibcq.cqe = cqe;
 	pthread_mutex_unlock(&cq->lock);
+	pd_buf_free(cq->pd, old, SR_RES_TYPE_CQ, old_custom);
 	return 0;
 }
 

@@ -46,12 +46,39 @@ static void mr_set_range(struct sr_mr *mr, void *addr, size_t len, uint64_t iova
 	mr->ibmr.length = len;
 }
 
+/* Give a filled-in region its key and count it: from here on, remote
+ * peers can reach it. */
+static int mr_publish(struct sr_pd *pd, struct sr_mr *mr, struct sr_mr **out)
+{
+	struct sr_context *ctx = pd_ctx(pd);
+	uint32_t key;
+	int ret;
+
+	if (atomic_load(&ctx->nmr) >= SR_MAX_MR) {
+		free(mr);
+		return -ENOMEM;
+	}
+	mr->pd = pd;
+	mr->ibmr.context = pd->ibpd.context;
+	mr->ibmr.pd = &pd->ibpd;
+	ret = keytab_insert_random(&ctx->keys, SR_KEY_MR, mr, &key);
+	if (ret) {
+		free(mr);
+		return ret;
+	}
+	mr->ibmr.lkey = key;
+	mr->ibmr.rkey = key;
+	mr->ibmr.handle = key;
+	atomic_fetch_add(&pd->refs, 1);
+	atomic_fetch_add(&ctx->nmr, 1);
+	*out = mr;
+	return 0;
+}
+
 int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
 	   int access, struct sr_mr **out)
 {
-	struct sr_context *ctx = pd_ctx(pd);
 	struct sr_mr *mr;
-	uint32_t key;
 	int ret;
 
 	ret = access_ok(access);
@@ -64,28 +91,45 @@ int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
 	} else if (len == 0 || (uintptr_t)addr + len < (uintptr_t)addr) {
 		return -EINVAL;
 	}
-	if (atomic_load(&ctx->nmr) >= SR_MAX_MR)
-		return -ENOMEM;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return -ENOMEM;
-	mr->pd = pd;
 	mr->access = access;
 	mr_set_range(mr, addr, len, iova);
-	ret = keytab_insert_random(&ctx->keys, SR_KEY_MR, mr, &key);
-	if (ret) {
-		free(mr);
+	return mr_publish(pd, mr, out);
+}
+
+int mr_reg_dm(struct sr_pd *pd, struct sr_dm *dm, uint64_t offset, size_t len,
+	      int access, struct sr_mr **out)
+{
+	struct sr_dm *mem = dm->orig ? dm->orig : dm;
+	struct sr_mr *mr;
+	int ret;
+
+	/* ibv_reg_dm_mr(3): DM regions are zero based, and lie inside the
+	 * DM. A zero length is a valid, empty region (the suite registers
+	 * one; mlx5 accepts it). */
+	ret = access_ok(access);
+	if (ret)
 		return ret;
-	}
-	mr->ibmr.context = pd->ibpd.context;
-	mr->ibmr.pd = &pd->ibpd;
-	mr->ibmr.lkey = key;
-	mr->ibmr.rkey = key;
-	mr->ibmr.handle = key;
-	atomic_fetch_add(&pd->refs, 1);
-	atomic_fetch_add(&ctx->nmr, 1);
-	*out = mr;
-	return 0;
+	if (!(access & IBV_ACCESS_ZERO_BASED) ||
+	    (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)))
+		return -EINVAL;
+	if (offset > mem->length || len > mem->length - offset)
+		return -EINVAL;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->access = access;
+	mr_set_range(mr, mem->buf + offset, len, 0);
+	/* ibv_mr.addr of a zero-based region is its first address: 0. */
+	mr->ibmr.addr = NULL;
+	mr->dm = mem;
+	atomic_fetch_add(&mem->refs, 1);
+	ret = mr_publish(pd, mr, out);
+	if (ret)
+		atomic_fetch_sub(&mem->refs, 1);
+	return ret;
 }
 
 static void mr_wait_idle(atomic_int *users, int floor)
@@ -103,6 +147,8 @@ int mr_dereg(struct sr_mr *mr)
 		return -EBUSY;
 	keytab_remove(&ctx->keys, mr->ibmr.lkey);
 	mr_wait_idle(&mr->users, 0);
+	if (mr->dm)
+		atomic_fetch_sub(&mr->dm->refs, 1);
 	atomic_fetch_sub(&mr->pd->refs, 1);
 	atomic_fetch_sub(&ctx->nmr, 1);
 	free(mr);
@@ -126,6 +172,9 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 			return ret;
 	}
 	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !len))
+		return -EINVAL;
+	/* A DM region maps its DM; it has no host address to move to. */
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && mr->dm)
 		return -EINVAL;
 	if (atomic_load(&mr->mw_binds))
 		return -EBUSY;
@@ -190,7 +239,7 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 
 		/* A remote access must use the rkey; an lkey used remotely
 		 * is the same value here, so the rights decide. */
-		if (mr->pd != pd)
+		if (!pd_same(mr->pd, pd))
 			goto out;
 		if ((mr->access & need) != need)
 			goto out;
@@ -209,7 +258,7 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 		if (!remote || !mw->mr)
 			goto out;
 		/* Type 2 windows are bound to a QP's PD; type 1 to the MR's. */
-		if (mw->pd != pd)
+		if (!pd_same(mw->pd, pd))
 			goto out;
 		if ((mw->access & need) != need)
 			goto out;
@@ -308,7 +357,7 @@ int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
 	if (mr) {
 		if (!(mr->access & IBV_ACCESS_MW_BIND))
 			return -EACCES;
-		if (mr->pd != mw->pd || (qp && qp->pd != mw->pd))
+		if (!pd_same(mr->pd, mw->pd) || (qp && !pd_same(qp->pd, mw->pd)))
 			return -EACCES;
 		/* A window cannot grant what the region does not have, and
 		 * remote write/atomic need local write on the region. */
@@ -369,7 +418,7 @@ int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey)
 		struct sr_mw *mw = e->obj;
 
 		/* Only type 2 windows are invalidated by a WR (IBTA 10.6.7.2.6). */
-		if (mw->ibmw.type == IBV_MW_TYPE_2 && mw->pd == pd) {
+		if (mw->ibmw.type == IBV_MW_TYPE_2 && pd_same(mw->pd, pd)) {
 			mw_unbind(mw);
 			mw->qp = NULL;
 			ret = 0;

@@ -50,7 +50,8 @@ static int qp_alloc_queues(struct sr_qp *qp, struct ibv_qp_init_attr_ex *a)
 	qp->sq_size = pow2_at_least(c->max_send_wr ? c->max_send_wr : 1);
 	qp->sq_stride = (uint32_t)(sizeof(struct sr_swqe) + c->max_send_sge * sizeof(struct ibv_sge));
 	qp->sq_stride = (qp->sq_stride + 7) & ~7U;
-	qp->sq_buf = calloc(qp->sq_size, qp->sq_stride);
+	qp->sq_buf = pd_buf_alloc(qp->pd, (size_t)qp->sq_size * qp->sq_stride,
+				  SR_RES_TYPE_SQ, &qp->sq_custom);
 	if (!qp->sq_buf)
 		return -ENOMEM;
 	if (c->max_inline_data) {
@@ -64,7 +65,8 @@ static int qp_alloc_queues(struct sr_qp *qp, struct ibv_qp_init_attr_ex *a)
 	} else {
 		c->max_recv_wr = a->cap.max_recv_wr;
 		c->max_recv_sge = a->cap.max_recv_sge ? a->cap.max_recv_sge : 1;
-		ret = rq_init(&qp->rq, c->max_recv_wr, c->max_recv_sge);
+		ret = rq_init_pd(&qp->rq, qp->pd, SR_RES_TYPE_RQ, c->max_recv_wr,
+				 c->max_recv_sge);
 		if (ret)
 			goto err_inl;
 	}
@@ -72,7 +74,7 @@ static int qp_alloc_queues(struct sr_qp *qp, struct ibv_qp_init_attr_ex *a)
 err_inl:
 	free(qp->inl_buf);
 err_sq:
-	free(qp->sq_buf);
+	pd_buf_free(qp->pd, qp->sq_buf, SR_RES_TYPE_SQ, qp->sq_custom);
 	return -ENOMEM;
 }
 
@@ -156,7 +158,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 err_queues:
 	rq_free(&qp->rq);
 	free(qp->inl_buf);
-	free(qp->sq_buf);
+	pd_buf_free(qp->pd, qp->sq_buf, SR_RES_TYPE_SQ, qp->sq_custom);
 	pthread_mutex_destroy(&qp->lock);
 err_free:
 	free(qp);
@@ -223,7 +225,7 @@ int qp_destroy(struct sr_qp *qp)
 	sr_dbg("QP %#x destroyed", qp->ibqp.qp_base.qp_num);
 	rq_free(&qp->rq);
 	free(qp->inl_buf);
-	free(qp->sq_buf);
+	pd_buf_free(qp->pd, qp->sq_buf, SR_RES_TYPE_SQ, qp->sq_custom);
 	pthread_mutex_destroy(&qp->lock);
 	pthread_mutex_destroy(&qp->ibqp.qp_base.mutex);
 	pthread_cond_destroy(&qp->ibqp.qp_base.cond);

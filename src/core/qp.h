@@ -66,7 +66,8 @@ struct sr_qp {
 	uint32_t slot;
 
 	/* send queue: slots [head, tail) in use; [head, next) transmitted */
-	uint8_t *sq_buf;
+	uint8_t *sq_buf;		/* pd_buf_alloc (parent domain allocator) */
+	bool sq_custom;
 	uint32_t sq_stride, sq_size, sq_max_wr;
 	uint32_t sq_head, sq_next, sq_tail;
 	_Atomic uint32_t sq_reaped;	/* slots before it are free again */

@@ -14,19 +14,27 @@ static uint32_t pow2_at_least(uint32_t n)
 	return p;
 }
 
-int rq_init(struct sr_rq *q, uint32_t max_wr, uint32_t max_sge)
+int rq_init_pd(struct sr_rq *q, struct sr_pd *pd, uint64_t type, uint32_t max_wr,
+	       uint32_t max_sge)
 {
 	q->max_sge = max_sge ? max_sge : 1;
 	q->stride = (uint32_t)(sizeof(struct sr_rwqe) + q->max_sge * sizeof(struct ibv_sge));
 	q->size = pow2_at_least(max_wr ? max_wr : 1);
 	q->head = q->tail = 0;
-	q->buf = calloc(q->size, q->stride);
+	q->pd = pd;
+	q->res_type = type;
+	q->buf = pd_buf_alloc(pd, (size_t)q->size * q->stride, type, &q->custom);
 	return q->buf ? 0 : -ENOMEM;
+}
+
+int rq_init(struct sr_rq *q, uint32_t max_wr, uint32_t max_sge)
+{
+	return rq_init_pd(q, NULL, SR_RES_TYPE_RQ, max_wr, max_sge);
 }
 
 void rq_free(struct sr_rq *q)
 {
-	free(q->buf);
+	pd_buf_free(q->pd, q->buf, q->res_type, q->custom);
 	q->buf = NULL;
 }
 
@@ -62,7 +70,7 @@ int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq *
 	srq = calloc(1, sizeof(*srq));
 	if (!srq)
 		return -ENOMEM;
-	ret = rq_init(&srq->rq, attr->attr.max_wr, attr->attr.max_sge);
+	ret = rq_init_pd(&srq->rq, pd, SR_RES_TYPE_SRQ, attr->attr.max_wr, attr->attr.max_sge);
 	if (ret) {
 		free(srq);
 		return ret;
@@ -117,7 +125,7 @@ int srq_modify(struct sr_srq *srq, struct ibv_srq_attr *attr, int mask)
 			ret = -EINVAL;
 			goto out;
 		}
-		ret = rq_init(&nq, attr->max_wr, srq->rq.max_sge);
+		ret = rq_init_pd(&nq, srq->pd, SR_RES_TYPE_SRQ, attr->max_wr, srq->rq.max_sge);
 		if (ret)
 			goto out;
 		for (uint32_t i = 0; i < n; i++)

@@ -102,7 +102,7 @@ int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_devic
 	a.completion_timestamp_mask = UINT64_MAX;
 	a.hca_core_clock = 1000000;		/* kHz: timestamps are ns */
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
-	a.max_dm_size = 0;
+	a.max_dm_size = dm_max_size();	/* core/dm.c, SOFTRNIC_DM_SIZE */
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, sr_min(attr_size, sizeof(a)));
 	return 0;

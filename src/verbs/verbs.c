@@ -24,22 +24,15 @@ SR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 		errno = ENOMEM;
 		return NULL;
 	}
-	pd->ibpd.context = context;
-	pd->ibpd.handle = sr_random32();
+	pd_init(pd, context);
 	atomic_fetch_add(&ctx->npd, 1);
 	return &pd->ibpd;
 }
 
+/* Deallocates parent domains too (ibv_alloc_parent_domain(3)). */
 SR_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 {
-	struct sr_pd *pd = to_pd(ibpd);
-
-	/* ibv_alloc_pd(3): fails if any other object still uses the PD. */
-	if (atomic_load(&pd->refs))
-		return EBUSY;
-	atomic_fetch_sub(&to_ctx(ibpd->context)->npd, 1);
-	free(pd);
-	return 0;
+	return sr_err(pd_dealloc(to_pd(ibpd)));
 }
 
 SR_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
@@ -121,16 +114,6 @@ SR_EXPORT void ibv_unimport_mr(struct ibv_mr *mr)
 {
 }
 
-SR_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
-{
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-SR_EXPORT void ibv_unimport_dm(struct ibv_dm *dm)
-{
-}
-
 /* ---- completion channels and CQs ---------------------------------------- */
 
 SR_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
@@ -165,13 +148,14 @@ SR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 }
 
 static struct ibv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_context,
-				struct ibv_comp_channel *channel, int comp_vector)
+				struct ibv_comp_channel *channel, int comp_vector,
+				struct ibv_pd *pd)
 {
 	struct sr_cq *cq;
 	int ret;
 
-	ret = cq_create(to_ctx(context), cqe, channel ? to_chan(channel) : NULL,
-			comp_vector, &cq);
+	ret = cq_create_pd(to_ctx(context), cqe, channel ? to_chan(channel) : NULL,
+			   comp_vector, pd ? to_pd(pd) : NULL, &cq);
 	if (ret)
 		SR_FAIL_NULL(ret);
 	cq->ibcq.cq_context = cq_context;
@@ -181,18 +165,28 @@ static struct ibv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_c
 SR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
 				       struct ibv_comp_channel *channel, int comp_vector)
 {
-	return create_cq(context, cqe, cq_context, channel, comp_vector);
+	return create_cq(context, cqe, cq_context, channel, comp_vector, NULL);
 }
 
 struct ibv_cq_ex *sr_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *a)
 {
 	struct ibv_cq *cq;
+	struct ibv_pd *pd = NULL;
 	const uint64_t known = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
 			       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
 	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
 		errno = EINVAL;
 		return NULL;
+	}
+	/* A CQ takes a parent domain, not a plain PD (as mlx5): what it
+	 * gets from one is the allocator for its ring. */
+	if (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+		pd = a->parent_domain;
+		if (!pd || pd->context != context || !pd_is_parent(to_pd(pd))) {
+			errno = EINVAL;
+			return NULL;
+		}
 	}
 	if (a->wc_flags & ~known) {
 		errno = EOPNOTSUPP;
@@ -204,7 +198,7 @@ struct ibv_cq_ex *sr_create_cq_ex(struct ibv_context *context, struct ibv_cq_ini
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	cq = create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
+	cq = create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector, pd);
 	if (!cq)
 		return NULL;
 	to_cq(cq)->wc_flags_ex = a->wc_flags;

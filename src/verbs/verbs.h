@@ -16,6 +16,7 @@ enum ibv_gid_type_sysfs {
 #define SR_COMPAT_PORT_ATTR_LEN 48
 
 void verbs_init_ops(struct sr_context *ctx);
+void verbs_init_domain_ops(struct verbs_context *v);
 int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *in,
 		       struct ibv_device_attr_ex *attr, size_t attr_size);
 int sr_query_port(struct ibv_context *context, uint8_t port_num,
