@@ -196,6 +196,7 @@ void verbs_init_ops(struct sr_context *ctx)
 	v->create_srq_ex = op_create_srq_ex;
 	v->advise_mr = op_advise_mr;
 	v->modify_cq = op_modify_cq;
+	verbs_init_raw_ops(v);
 }
 
 /* Async event accounting: destroy waits until what was handed out is
