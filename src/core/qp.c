@@ -1,6 +1,7 @@
 /* Queue pairs: creation, destruction, modify/query and linking two QPs
  * through a channel. The send and receive paths are in sq.c and rx.c. */
 #include "core/qp.h"
+#include "core/raw.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -81,15 +82,29 @@ err_sq:
 int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_qp **out)
 {
 	struct sr_qp *qp;
+	bool rss = a->comp_mask & (IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_IND_TABLE);
 	uint32_t slot;
 	int ret;
 
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD &&
+	    a->qp_type != IBV_QPT_RAW_PACKET)
 		return -EOPNOTSUPP;
+	if (a->qp_type == IBV_QPT_RAW_PACKET) {
+		ret = raw_qp_check(a);	/* EPERM without CAP_NET_RAW */
+		if (ret)
+			return ret;
+	} else if (rss) {
+		return -EINVAL;		/* RSS is for raw packet QPs */
+	}
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd)
 		return -EINVAL;
-	if (!a->send_cq || !a->recv_cq)
+	if (rss) {
+		/* an RSS QP receives into its WQs only: no queues, no CQs
+		 * (what it was given for them is ignored) */
+		memset(&a->cap, 0, sizeof(a->cap));
+	} else if (!a->send_cq || !a->recv_cq) {
 		return -EINVAL;
+	}
 	ret = qp_check_cap(a);
 	if (ret)
 		return ret;
@@ -103,8 +118,8 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 		return -ENOMEM;
 	qp->ctx = ctx;
 	qp->pd = to_pd(a->pd);
-	qp->scq = to_cq(a->send_cq);
-	qp->rcq = to_cq(a->recv_cq);
+	qp->scq = rss ? NULL : to_cq(a->send_cq);
+	qp->rcq = rss ? NULL : to_cq(a->recv_cq);
 	qp->srq = a->srq ? to_srq(a->srq) : NULL;
 	qp->sq_sig_all = a->sq_sig_all;
 	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
@@ -112,6 +127,11 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	ret = qp_alloc_queues(qp, a);
 	if (ret)
 		goto err_free;
+	if (a->qp_type == IBV_QPT_RAW_PACKET) {
+		ret = raw_qp_init(qp, a);
+		if (ret)
+			goto err_queues;
+	}
 	pthread_mutex_init(&qp->lock, NULL);
 	sr_list_init(&qp->rx_pending);
 	atomic_init(&qp->refs, 1);
@@ -123,7 +143,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	if (slot > SR_MAX_QP) {
 		pthread_mutex_unlock(&ctx->lock);
 		ret = -ENOMEM;
-		goto err_queues;
+		goto err_raw;
 	}
 	ctx->qps[slot] = qp;
 	qp->slot = slot;
@@ -132,8 +152,8 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	qp->ibqp.qp_base.context = &ctx->vctx.context;
 	qp->ibqp.qp_base.qp_context = a->qp_context;
 	qp->ibqp.qp_base.pd = a->pd;
-	qp->ibqp.qp_base.send_cq = a->send_cq;
-	qp->ibqp.qp_base.recv_cq = a->recv_cq;
+	qp->ibqp.qp_base.send_cq = qp->scq ? a->send_cq : NULL;
+	qp->ibqp.qp_base.recv_cq = qp->rcq ? a->recv_cq : NULL;
 	qp->ibqp.qp_base.srq = a->srq;
 	qp->ibqp.qp_base.qp_num = ((uint32_t)ctx->port << 8) | slot;
 	qp->ibqp.qp_base.handle = qp->ibqp.qp_base.qp_num;
@@ -144,22 +164,27 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	qp_init_wr_ops(qp);
 
 	atomic_fetch_add(&qp->pd->refs, 1);
-	atomic_fetch_add(&qp->scq->refs, 1);
-	atomic_fetch_add(&qp->rcq->refs, 1);
+	if (qp->scq)
+		atomic_fetch_add(&qp->scq->refs, 1);
+	if (qp->rcq)
+		atomic_fetch_add(&qp->rcq->refs, 1);
 	if (qp->srq)
 		atomic_fetch_add(&qp->srq->refs, 1);
 	atomic_fetch_add(&ctx->nqp, 1);
 	a->cap = qp->cap;
 	sr_dbg("QP %#x created (%s)", qp->ibqp.qp_base.qp_num,
-	       a->qp_type == IBV_QPT_RC ? "RC" : a->qp_type == IBV_QPT_UC ? "UC" : "UD");
+	       a->qp_type == IBV_QPT_RC ? "RC" : a->qp_type == IBV_QPT_UC ? "UC" :
+	       a->qp_type == IBV_QPT_UD ? "UD" : rss ? "RSS raw packet" : "raw packet");
 	*out = qp;
 	return 0;
 
+err_raw:
+	raw_qp_fini(qp);
+	pthread_mutex_destroy(&qp->lock);
 err_queues:
 	rq_free(&qp->rq);
 	free(qp->inl_buf);
 	pd_buf_free(qp->pd, qp->sq_buf, SR_RES_TYPE_SQ, qp->sq_custom);
-	pthread_mutex_destroy(&qp->lock);
 err_free:
 	free(qp);
 	return ret;
@@ -191,6 +216,8 @@ int qp_destroy(struct sr_qp *qp)
 {
 	struct sr_context *ctx = qp->ctx;
 
+	if (qp->raw && raw_qp_destroy_check(qp))
+		return -EBUSY;		/* a flow is attached (core/flow.c) */
 	pthread_mutex_lock(&ctx->lock);
 	qp->dying = true;
 	ctx->qps[qp->slot] = NULL;
@@ -214,11 +241,15 @@ int qp_destroy(struct sr_qp *qp)
 	qp_rx_pending_clear_locked(qp);
 	pthread_mutex_unlock(&qp->lock);
 	evq_remove_obj(&ctx->async, qp);
-	cq_forget_qp(qp->scq, qp);
+	if (qp->scq)
+		cq_forget_qp(qp->scq, qp);
+	raw_qp_fini(qp);
 
 	atomic_fetch_sub(&qp->pd->refs, 1);
-	atomic_fetch_sub(&qp->scq->refs, 1);
-	atomic_fetch_sub(&qp->rcq->refs, 1);
+	if (qp->scq)
+		atomic_fetch_sub(&qp->scq->refs, 1);
+	if (qp->rcq)
+		atomic_fetch_sub(&qp->rcq->refs, 1);
 	if (qp->srq)
 		atomic_fetch_sub(&qp->srq->refs, 1);
 	atomic_fetch_sub(&ctx->nqp, 1);
@@ -401,6 +432,9 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 	bool link = false, unlink = false;
 	int ret;
 
+	/* An RSS QP has no state to move (mlx5 refuses too): its WQs have. */
+	if (raw_qp_is_rss(qp))
+		return -EOPNOTSUPP;
 	pthread_mutex_lock(&qp->lock);
 	cur = qp->state;
 	next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
@@ -424,10 +458,12 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 			qp_to_error_locked(qp);
 		} else {
 			qp_set_state_locked(qp, next);
-			/* UD has no peer to link to (core/ud.c); the CM
-			 * brings up its own QPs' streams. */
+			/* UD and raw packet QPs have no peer to link to
+			 * (core/ud.c, core/raw.c); the CM brings up its
+			 * own QPs' streams. */
 			if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT &&
 			    qp->ibqp.qp_base.qp_type != IBV_QPT_UD &&
+			    qp->ibqp.qp_base.qp_type != IBV_QPT_RAW_PACKET &&
 			    !qp->cm && qp->attr.dest_qp_num != SR_QPN_CM)
 				link = true;
 			if (next == IBV_QPS_RTS)
@@ -472,6 +508,11 @@ int qp_query(struct sr_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_in
 void qp_kick(struct sr_qp *qp)
 {
 	struct sr_chan *ch;
+
+	if (qp->raw) {
+		raw_tx_flush(qp);	/* frames to the port switch */
+		return;
+	}
 
 	pthread_mutex_lock(&qp->lock);
 	ch = qp->chan;

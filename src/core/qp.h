@@ -102,6 +102,8 @@ struct sr_qp {
 	struct sr_progress *rnr_pg;
 	uint32_t rnr_msn;
 
+	struct sr_raw_qp *raw;		/* IBV_QPT_RAW_PACKET (core/raw.h) */
+
 	/* WR API (ibv_qp_ex) building state */
 	uint32_t wr_begin;		/* sq_tail when wr_start was called */
 	int wr_err;

@@ -11,7 +11,9 @@ const char *const sr_qp_state_name[IBV_QPS_UNKNOWN + 1] = {
 	[IBV_QPS_ERR] = "ERR", [IBV_QPS_UNKNOWN] = "UNKNOWN",
 };
 
-enum { T_RC, T_UC, T_UD, T_NTYPES };
+/* T_RAW: IBV_QPT_RAW_PACKET, whose rows the kernel's qp_state_table
+ * has too (RESET->INIT needs the port, nothing else carries anything). */
+enum { T_RC, T_UC, T_UD, T_RAW, T_NTYPES };
 
 struct trans {
 	bool valid;
@@ -32,6 +34,7 @@ static const struct trans qp_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
 				[T_RC] = M(PKEY_INDEX) | M(PORT) | M(ACCESS_FLAGS),
 				[T_UC] = M(PKEY_INDEX) | M(PORT) | M(ACCESS_FLAGS),
 				[T_UD] = M(PKEY_INDEX) | M(PORT) | M(QKEY),
+				[T_RAW] = M(PORT),
 			},
 		},
 	},
@@ -44,6 +47,7 @@ static const struct trans qp_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
 				[T_RC] = M(PKEY_INDEX) | M(PORT) | M(ACCESS_FLAGS),
 				[T_UC] = M(PKEY_INDEX) | M(PORT) | M(ACCESS_FLAGS),
 				[T_UD] = M(PKEY_INDEX) | M(PORT) | M(QKEY),
+				[T_RAW] = M(PORT),
 			},
 		},
 		[S(RTR)] = {
@@ -152,6 +156,7 @@ static int type_index(enum ibv_qp_type t)
 	case IBV_QPT_RC: return T_RC;
 	case IBV_QPT_UC: return T_UC;
 	case IBV_QPT_UD: return T_UD;
+	case IBV_QPT_RAW_PACKET: return T_RAW;
 	default: return -1;
 	}
 }

@@ -2,6 +2,7 @@
  * channel, and completing them in order (IBTA 10.8: completions of a send
  * queue are returned in the order the WRs were posted). */
 #include "core/qp.h"
+#include "core/raw.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -299,6 +300,10 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		ud_sq_progress_locked(qp);	/* datagrams: core/ud.c */
 		return;
 	}
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_RAW_PACKET) {
+		raw_sq_progress_locked(qp);	/* frames: core/raw.c */
+		return;
+	}
 
 	if (qp->peer_gone && qp->state == IBV_QPS_RTS && qp->sq_next != qp->sq_tail) {
 		qp_gone_arm_locked(qp);
@@ -537,6 +542,11 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 	}
 	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UD) {
 		ret = ud_sq_fill_locked(qp, w, wr);	/* core/ud.c */
+		if (ret)
+			return ret;
+	}
+	if (qp->ibqp.qp_base.qp_type == IBV_QPT_RAW_PACKET) {
+		ret = raw_sq_fill_locked(qp, w, wr);	/* core/raw.c */
 		if (ret)
 			return ret;
 	}

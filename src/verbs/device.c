@@ -104,6 +104,7 @@ int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_devic
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.max_dm_size = dm_max_size();	/* core/dm.c, SOFTRNIC_DM_SIZE */
 	a.phys_port_cnt_ex = 1;
+	verbs_raw_caps(&a);
 	memcpy(attr, &a, sr_min(attr_size, sizeof(a)));
 	return 0;
 }

@@ -197,6 +197,7 @@ void verbs_init_ops(struct sr_context *ctx)
 	v->advise_mr = op_advise_mr;
 	v->modify_cq = op_modify_cq;
 	verbs_init_domain_ops(v);	/* TD, parent domain, DM: domain.c */
+	verbs_init_raw_ops(v);
 }
 
 /* Async event accounting: destroy waits until what was handed out is

@@ -21,6 +21,9 @@ int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_devic
 		       struct ibv_device_attr_ex *attr, size_t attr_size);
 int sr_query_port(struct ibv_context *context, uint8_t port_num,
 		  struct ibv_port_attr *attr, size_t len);
+/* Flow steering, WQs, RSS (verbs/raw.c). */
+void verbs_init_raw_ops(struct verbs_context *v);
+void verbs_raw_caps(struct ibv_device_attr_ex *a);
 void verbs_async_event_got(struct ibv_async_event *ev);
 void verbs_async_event_ack(struct ibv_async_event *ev);
 

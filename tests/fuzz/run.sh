@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the wire fuzzers with clang and run them for SECONDS (default 20)
-# in all, after 3 s of the datagram CM's decoder (tests/fuzz/fuzz_sidr.c): the UD datagram decoder (tests/fuzz/fuzz_ud.c) for a quarter of
+# in all, after 3 s of the datagram CM's decoder (tests/fuzz/fuzz_sidr.c) and
+# 3 s of the Ethernet frame parser (tests/fuzz/fuzz_eth.c): the UD datagram decoder (tests/fuzz/fuzz_ud.c) for a quarter of
 # the time (at least 5 s), then the iWARP decoders (tests/fuzz/fuzz_wire.c)
 # for the rest, each from a small seed corpus that this script writes.
 #
@@ -21,7 +22,7 @@ dict=$build/fuzz-wire.dict
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DSOFTRNIC_FUZZ=ON \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire fuzz_ud fuzz_sidr
+cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire fuzz_ud fuzz_sidr fuzz_eth
 
 # The datagram CM's request and reply (src/cm/cm_sidr.h): 3 s.
 sidr_corpus=$build/fuzz-corpus/sidr
@@ -32,6 +33,17 @@ printf 'SC\x01\x02\x01\x02\x03\x04\x00\x00\x00\x07\x01\x23\x45\x67\x02\x00\x00\x
 	>"$sidr_corpus/seed-rej"
 "$build/bin/fuzz_sidr" -max_total_time=3 -max_len=256 -timeout=10 \
 	-print_final_stats=1 -artifact_prefix="$artifacts/" "$sidr_corpus"
+
+# Raw packet QP frames (src/wire/eth.h): 3 s, from an IPv4/UDP frame
+# with a VLAN tag and an IPv6/TCP one.
+eth_corpus=$build/fuzz-corpus/eth
+mkdir -p "$eth_corpus"
+printf '\x01\x50\x56\x19\x20\xa7\x24\x8a\x07\xa5\x28\xc8\x81\x00\xa0\x07\x08\x00\x45\x00\x00\x1c\x00\x00\x40\x00\x40\x11\x00\x00\x01\x01\x01\x01\x02\x02\x02\x02\x04\xd2\x16\x2e\x00\x08\x00\x00' \
+	>"$eth_corpus/seed-v4-udp-vlan"
+printf '\x33\x33\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x86\xdd\x60\x00\x00\x00\x00\x14\x06\x40\xa0\xa1\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\xb0\xb1\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x04\xd2\x16\x2e\x00\x00\x00\x00\x00\x00\x00\x00\x50\x00\xff\xff\x00\x00\x00\x00' \
+	>"$eth_corpus/seed-v6-tcp"
+"$build/bin/fuzz_eth" -max_total_time=3 -max_len=4200 -timeout=10 \
+	-print_final_stats=1 -artifact_prefix="$artifacts/" "$eth_corpus"
 
 # UD: a SEND with immediate and a plain SEND (wire/ud.h), and a GRH area.
 ud_secs=$((secs / 4 > 5 ? secs / 4 : 5))
