@@ -16,6 +16,9 @@ enum ibv_gid_type_sysfs {
 #define SR_COMPAT_PORT_ATTR_LEN 48
 
 void verbs_init_ops(struct sr_context *ctx);
+/* XRC (verbs/xrc.c) */
+void verbs_init_xrc_ops(struct sr_context *ctx);
+struct ibv_srq *sr_create_srq_xrc(struct ibv_context *context, struct ibv_srq_init_attr_ex *a);
 int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *in,
 		       struct ibv_device_attr_ex *attr, size_t attr_size);
 int sr_query_port(struct ibv_context *context, uint8_t port_num,
