@@ -84,7 +84,7 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	tc->cm_arg = p->arg;
 	tc->qp = qp;
 	tc->local_qpn = qp->ibqp.qp_base.qp_num;
-	tc->rc = qp->ibqp.qp_base.qp_type == IBV_QPT_RC;
+	tc->rc = qp_type_reliable(qp->ibqp.qp_base.qp_type);
 	tc->crc = p->crc;
 	tc->ext = p->ext;
 	/* MPA's initiator speaks first (RFC 6581 §1): a responder waits

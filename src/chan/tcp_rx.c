@@ -283,6 +283,13 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		break;
 	}
 	case SR_EXT_ACK:
+		if (h.qn == SR_EXT_QN_XRC) {
+			m = as_start(SR_MSG_XRC);
+			if (!m)
+				return -ENOMEM;
+			m->srqn = h.mo;
+			break;
+		}
 		if (h.mo == SR_ST_BYE) {
 			tc->peer_bye = true;
 			break;

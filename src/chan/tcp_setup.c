@@ -251,7 +251,7 @@ static bool accept_try(struct tcp_chan *tc)
 	}
 	tc->ird = qp->attr.max_dest_rd_atomic;
 	tc->ord = qp->attr.max_rd_atomic;
-	tc->rc = qp->ibqp.qp_base.qp_type == IBV_QPT_RC;
+	tc->rc = qp_type_reliable(qp->ibqp.qp_base.qp_type);
 	tc->qp = qp;
 	chan_get(&tc->ch);			/* the QP's reference */
 	pthread_mutex_unlock(&tc->lock);
@@ -494,7 +494,7 @@ int chan_tcp_connect(struct sr_qp *qp)
 	chan_get(&tc->ch);			/* the QP's reference */
 	pthread_mutex_lock(&tc->lock);
 	tc->dialer = true;
-	tc->rc = qp->ibqp.qp_base.qp_type == IBV_QPT_RC;
+	tc->rc = qp_type_reliable(qp->ibqp.qp_base.qp_type);
 	/* Only a softrnic peer connects QPs by hand (an iWARP peer needs
 	 * the CM), so ACKs are expected from the first post on; the MPA
 	 * reply confirms it. */

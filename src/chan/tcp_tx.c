@@ -234,6 +234,13 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 		if (m->op != SR_MSG_RNR)
 			rsp_take(tc, m->msn);	/* a failed READ gets no response */
 		break;
+	case SR_MSG_XRC:
+		if (!tc->ext)
+			return false;	/* XRC is softrnic to softrnic only */
+		h.opcode = SR_EXT_ACK;
+		h.qn = SR_EXT_QN_XRC;
+		h.mo = m->srqn;
+		break;
 	default:
 		return false;
 	}
@@ -460,7 +467,7 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	/* Positive ACKs are cumulative: keep only the latest, send it when
 	 * the queue drains (one per batch of inbound requests). */
 	if (m->op != SR_MSG_SEND && m->op != SR_MSG_WRITE && m->op != SR_MSG_IMM &&
-	    m->op != SR_MSG_READ_REQ && m->op != SR_MSG_ATOMIC_REQ)
+	    m->op != SR_MSG_READ_REQ && m->op != SR_MSG_ATOMIC_REQ && m->op != SR_MSG_XRC)
 		tc->tx_urgent = true;	/* answers are never held back */
 	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK && tc->ext) {
 		tc->ack_pending = true;

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <netinet/in.h>
+#include <sys/types.h>
 
 #include "core/util.h"
 #include "core/evq.h"
@@ -387,6 +388,8 @@ static inline struct sr_rwqe *rq_at(struct sr_rq *q, uint32_t i)
 	return (struct sr_rwqe *)(q->buf + (size_t)(i & (q->size - 1)) * q->stride);
 }
 
+struct sr_xdom;
+
 struct sr_srq {
 	struct ibv_srq ibsrq;
 	pthread_mutex_t lock;
@@ -396,6 +399,14 @@ struct sr_srq {
 	struct sr_pd *pd;
 	atomic_int refs;		/* QPs attached */
 	uint32_t async_given;
+	uint32_t srqn;			/* ibv_get_srq_num: unique in the process */
+	/* XRC SRQs (IBV_SRQT_XRC): no QP is attached; XRC_RECV QPs of the
+	 * same domain deliver into it the requests that name srqn, and its
+	 * receives complete into its own CQ (core/xrcd.c). */
+	struct sr_xdom *xdom;		/* NULL for a basic SRQ */
+	struct sr_cq *cq;
+	struct sr_list xlink;		/* in xdom->srqs */
+	atomic_int users;		/* requests being received into it */
 };
 static inline struct sr_srq *to_srq(struct ibv_srq *s) { return (struct sr_srq *)s; }
 
@@ -406,6 +417,10 @@ int rq_init_pd(struct sr_rq *q, struct sr_pd *pd, uint64_t type, uint32_t max_wr
 void rq_free(struct sr_rq *q);
 int rq_post(struct sr_rq *q, const struct ibv_recv_wr *wr, uint32_t max_wr);
 int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq **out);
+/* An XRC SRQ (ibv_create_srq_ex(3), IBV_SRQT_XRC) in xrcd's domain. */
+struct sr_xrcd;
+int srq_create_xrc(struct sr_pd *pd, struct sr_xrcd *xrcd, struct sr_cq *cq,
+		   struct ibv_srq_init_attr *attr, struct sr_srq **out);
 int srq_destroy(struct sr_srq *srq);
 int srq_modify(struct sr_srq *srq, struct ibv_srq_attr *attr, int mask);
 int srq_query(struct sr_srq *srq, struct ibv_srq_attr *attr);
@@ -413,5 +428,47 @@ int srq_post_recv(struct sr_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr
 /* Take the next WQE (copied to out, which has room for max_sge); 0 or
  * -EAGAIN when empty. Raises SRQ_LIMIT_REACHED when it crosses the limit. */
 int srq_take(struct sr_srq *srq, struct sr_rwqe *out);
+
+/* ---- XRC domains (core/xrcd.c) ------------------------------------------
+ * A domain (sr_xdom) groups XRC SRQs and XRC_RECV QPs: a request that
+ * arrives on an XRC_RECV QP is received into the SRQ it names, if that SRQ
+ * is in the QP's domain. Each ibv_open_xrcd returns its own handle
+ * (sr_xrcd); handles opened on the same inode (fd) share one domain in
+ * this process, as they share one kernel object on real hardware. */
+struct sr_xdom {
+	pthread_mutex_t lock;		/* srqs, tgts, users */
+	struct sr_list link;		/* process-wide list (inode domains) */
+	bool anon;			/* fd -1: private to its handle */
+	dev_t dev;
+	ino_t ino;
+	int opens;			/* handles; under the global xrcd lock */
+	int users;			/* SRQs and XRC_RECV QPs in it */
+	struct sr_list srqs;
+	struct sr_list tgts;		/* XRC_RECV QPs (sr_qp.xlink) */
+};
+
+struct sr_xrcd {
+	struct ibv_xrcd ibxrcd;
+	struct sr_xdom *dom;
+};
+static inline struct sr_xrcd *to_xrcd(struct ibv_xrcd *x) { return (struct sr_xrcd *)x; }
+
+int xrcd_open(struct sr_context *ctx, const struct ibv_xrcd_init_attr *a, struct sr_xrcd **out);
+int xrcd_close(struct sr_xrcd *x);
+/* Objects in a domain: they keep it alive (close of the last handle
+ * fails with EBUSY while any remains). */
+void xdom_add_srq(struct sr_xdom *d, struct sr_srq *srq);
+/* Unlist, then wait until no receive runs into it. */
+void xdom_del_srq(struct sr_xdom *d, struct sr_srq *srq);
+struct sr_qp;
+void xdom_add_tgt(struct sr_xdom *d, struct sr_qp *qp);
+void xdom_del_tgt(struct sr_xdom *d, struct sr_qp *qp);
+/* The domain's SRQ numbered srqn, held for one receive (xdom_srq_put). */
+struct sr_srq *xdom_srq_get(struct sr_xdom *d, uint32_t srqn);
+void xdom_srq_put(struct sr_srq *srq);
+/* Receives were posted to one of d's SRQs: XRC_RECV QPs that parked
+ * requests for want of one look again. */
+void xdom_resume(struct sr_xdom *d);
+uint32_t srqn_alloc(void);
 
 #endif

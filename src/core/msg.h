@@ -31,6 +31,10 @@ enum sr_msg_op {
 	SR_MSG_ACK,
 	SR_MSG_IMM,		/* RFC 7306 Immediate Data, after a WRITE */
 	SR_MSG_RNR,		/* responder parked a request: no receive WQE */
+	/* XRC header (IBTA's XRCETH, said once instead of per packet): the
+	 * requests that follow, until the next one, are for the XRC SRQ
+	 * numbered srqn. Not a request: no msn, no answer. */
+	SR_MSG_XRC,
 	SR_MSG_OP_MAX,
 };
 extern const char *const sr_msg_op_name[SR_MSG_OP_MAX];
@@ -84,6 +88,7 @@ struct sr_msg {
 	uint32_t imm;			/* network order, as the application gave */
 	uint32_t inv_stag;
 	uint32_t rd_len;		/* READ_REQ: bytes asked for */
+	uint32_t srqn;			/* XRC: the SRQ number */
 	uint64_t add_swap, compare;	/* ATOMIC_REQ */
 	uint64_t orig;			/* ATOMIC_RESP */
 	uint32_t placed;		/* SR_MSGF_PLACED: bytes placed */

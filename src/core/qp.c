@@ -79,32 +79,80 @@ err_sq:
 	return -ENOMEM;
 }
 
-int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_qp **out)
+/* Which objects each type needs (ibv_create_qp_ex(3)): an XRC_SEND QP
+ * sends only (PD and send CQ; no receive queue), an XRC_RECV QP neither
+ * sends nor has a receive queue of its own (only its XRC domain). */
+static int qp_check_objs(struct ibv_qp_init_attr_ex *a, bool rss)
 {
+	int ret;
+
+	if (rss && a->qp_type != IBV_QPT_RAW_PACKET)
+		return -EINVAL;		/* RSS is for raw packet QPs */
+	switch (a->qp_type) {
+	case IBV_QPT_RAW_PACKET:
+		ret = raw_qp_check(a);	/* EPERM without CAP_NET_RAW */
+		if (ret)
+			return ret;
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd)
+			return -EINVAL;
+		if (rss) {
+			/* an RSS QP receives into its WQs only: no queues,
+			 * no CQs (what it was given for them is ignored) */
+			memset(&a->cap, 0, sizeof(a->cap));
+			a->send_cq = a->recv_cq = NULL;
+			return 0;
+		}
+		return a->send_cq && a->recv_cq ? 0 : -EINVAL;
+	case IBV_QPT_RC:
+	case IBV_QPT_UC:
+	case IBV_QPT_UD:
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd)
+			return -EINVAL;
+		return a->send_cq && a->recv_cq ? 0 : -EINVAL;
+	case IBV_QPT_XRC_SEND:
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq)
+			return -EINVAL;
+		a->recv_cq = NULL;
+		a->srq = NULL;
+		a->cap.max_recv_wr = a->cap.max_recv_sge = 0;
+		return 0;
+	case IBV_QPT_XRC_RECV:
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd)
+			return -EINVAL;
+		a->pd = NULL;
+		a->send_cq = a->recv_cq = NULL;
+		a->srq = NULL;
+		memset(&a->cap, 0, sizeof(a->cap));
+		return 0;
+	default:
+		return -EOPNOTSUPP;
+	}
+}
+
+static const char *qp_type_name(enum ibv_qp_type t)
+{
+	switch (t) {
+	case IBV_QPT_RC: return "RC";
+	case IBV_QPT_UC: return "UC";
+	case IBV_QPT_UD: return "UD";
+	case IBV_QPT_XRC_SEND: return "XRC_SEND";
+	case IBV_QPT_XRC_RECV: return "XRC_RECV";
+	case IBV_QPT_RAW_PACKET: return "raw packet";
+	default: return "?";
+	}
+}
+
+int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *ua, struct sr_qp **out)
+{
+	struct ibv_qp_init_attr_ex la = *ua, *a = &la;	/* the caller's stays as given */
 	struct sr_qp *qp;
 	bool rss = a->comp_mask & (IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_IND_TABLE);
 	uint32_t slot;
 	int ret;
 
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD &&
-	    a->qp_type != IBV_QPT_RAW_PACKET)
-		return -EOPNOTSUPP;
-	if (a->qp_type == IBV_QPT_RAW_PACKET) {
-		ret = raw_qp_check(a);	/* EPERM without CAP_NET_RAW */
-		if (ret)
-			return ret;
-	} else if (rss) {
-		return -EINVAL;		/* RSS is for raw packet QPs */
-	}
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd)
-		return -EINVAL;
-	if (rss) {
-		/* an RSS QP receives into its WQs only: no queues, no CQs
-		 * (what it was given for them is ignored) */
-		memset(&a->cap, 0, sizeof(a->cap));
-	} else if (!a->send_cq || !a->recv_cq) {
-		return -EINVAL;
-	}
+	ret = qp_check_objs(a, rss);
+	if (ret)
+		return ret;
 	ret = qp_check_cap(a);
 	if (ret)
 		return ret;
@@ -117,9 +165,12 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	if (!qp)
 		return -ENOMEM;
 	qp->ctx = ctx;
-	qp->pd = to_pd(a->pd);
-	qp->scq = rss ? NULL : to_cq(a->send_cq);
-	qp->rcq = rss ? NULL : to_cq(a->recv_cq);
+	qp->pd = a->pd ? to_pd(a->pd) : NULL;
+	qp->scq = a->send_cq ? to_cq(a->send_cq) : NULL;
+	qp->rcq = a->recv_cq ? to_cq(a->recv_cq) : NULL;
+	qp->handles = 1;
+	if (a->qp_type == IBV_QPT_XRC_RECV)
+		qp->xdom = to_xrcd(a->xrcd)->dom;
 	qp->srq = a->srq ? to_srq(a->srq) : NULL;
 	qp->sq_sig_all = a->sq_sig_all;
 	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
@@ -132,6 +183,11 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 		if (ret)
 			goto err_queues;
 	}
+	/* XRC halves: no receive queue; an XRC_RECV QP no send queue either */
+	if (a->qp_type == IBV_QPT_XRC_RECV)
+		memset(&qp->cap, 0, sizeof(qp->cap));
+	else if (a->qp_type == IBV_QPT_XRC_SEND)
+		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
 	pthread_mutex_init(&qp->lock, NULL);
 	sr_list_init(&qp->rx_pending);
 	atomic_init(&qp->refs, 1);
@@ -163,18 +219,19 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	pthread_cond_init(&qp->ibqp.qp_base.cond, NULL);
 	qp_init_wr_ops(qp);
 
-	atomic_fetch_add(&qp->pd->refs, 1);
+	if (qp->pd)
+		atomic_fetch_add(&qp->pd->refs, 1);
 	if (qp->scq)
 		atomic_fetch_add(&qp->scq->refs, 1);
 	if (qp->rcq)
 		atomic_fetch_add(&qp->rcq->refs, 1);
 	if (qp->srq)
 		atomic_fetch_add(&qp->srq->refs, 1);
+	if (qp->xdom)
+		xdom_add_tgt(qp->xdom, qp);
 	atomic_fetch_add(&ctx->nqp, 1);
-	a->cap = qp->cap;
-	sr_dbg("QP %#x created (%s)", qp->ibqp.qp_base.qp_num,
-	       a->qp_type == IBV_QPT_RC ? "RC" : a->qp_type == IBV_QPT_UC ? "UC" :
-	       a->qp_type == IBV_QPT_UD ? "UD" : rss ? "RSS raw packet" : "raw packet");
+	ua->cap = qp->cap;
+	sr_dbg("QP %#x created (%s)", qp->ibqp.qp_base.qp_num, qp_type_name(a->qp_type));
 	*out = qp;
 	return 0;
 
@@ -222,6 +279,8 @@ int qp_destroy(struct sr_qp *qp)
 	qp->dying = true;
 	ctx->qps[qp->slot] = NULL;
 	pthread_mutex_unlock(&ctx->lock);
+	if (qp->xdom)
+		xdom_del_tgt(qp->xdom, qp);	/* before the refs drain below */
 
 	qp_unlink(qp);
 	if (qp->ibqp.qp_base.qp_type == IBV_QPT_UD)
@@ -241,13 +300,13 @@ int qp_destroy(struct sr_qp *qp)
 	qp_rx_pending_clear_locked(qp);
 	pthread_mutex_unlock(&qp->lock);
 	evq_remove_obj(&ctx->async, qp);
-	if (qp->scq)
+	if (qp->scq) {
 		cq_forget_qp(qp->scq, qp);
-	raw_qp_fini(qp);
-
-	atomic_fetch_sub(&qp->pd->refs, 1);
-	if (qp->scq)
 		atomic_fetch_sub(&qp->scq->refs, 1);
+	}
+	raw_qp_fini(qp);
+	if (qp->pd)
+		atomic_fetch_sub(&qp->pd->refs, 1);
 	if (qp->rcq)
 		atomic_fetch_sub(&qp->rcq->refs, 1);
 	if (qp->srq)
@@ -337,9 +396,12 @@ static void qp_reset_locked(struct sr_qp *qp)
 {
 	/* Completions already queued keep their data but must not move the
 	 * indices we restart from zero. */
-	cq_clean_qp(qp->scq, qp->ibqp.qp_base.qp_num);
-	if (qp->rcq != qp->scq)
+	if (qp->scq)
+		cq_clean_qp(qp->scq, qp->ibqp.qp_base.qp_num);
+	if (qp->rcq && qp->rcq != qp->scq)
 		cq_clean_qp(qp->rcq, qp->ibqp.qp_base.qp_num);
+	qp->rx_srqn = 0;
+	qp->xrc_tx_chan = NULL;
 	qp->sq_head = qp->sq_next = qp->sq_tail = 0;
 	atomic_store(&qp->sq_reaped, 0);
 	qp->rq.head = qp->rq.tail = 0;
@@ -388,6 +450,14 @@ static bool peer_is_local(struct sr_qp *qp)
 	return false;
 }
 
+/* RC to RC, UC to UC, and an XRC_SEND QP to an XRC_RECV QP. */
+static bool types_pair(enum ibv_qp_type a, enum ibv_qp_type b)
+{
+	if (a == IBV_QPT_XRC_SEND || a == IBV_QPT_XRC_RECV)
+		return a != b && (b == IBV_QPT_XRC_SEND || b == IBV_QPT_XRC_RECV);
+	return a == b;
+}
+
 static void qp_try_link(struct sr_qp *qp)
 {
 	struct sr_qp *peer = NULL;
@@ -410,7 +480,7 @@ static void qp_try_link(struct sr_qp *qp)
 	if (peer != qp)
 		pthread_mutex_lock(&peer->lock);
 	if (can_link(qp) && can_link(peer) && peer->attr.dest_qp_num == me &&
-	    peer->ibqp.qp_base.qp_type == qp->ibqp.qp_base.qp_type)
+	    types_pair(qp_type(qp), qp_type(peer)))
 		linked = true;
 	if (peer != qp)
 		pthread_mutex_unlock(&peer->lock);
@@ -523,4 +593,85 @@ void qp_kick(struct sr_qp *qp)
 		chan_kick(ch);
 		chan_put(ch);
 	}
+}
+
+/* ---- ibv_open_qp(3) ------------------------------------------------------ */
+
+static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;	/* sr_qp.handles */
+
+int qp_open(struct sr_context *ctx, struct ibv_qp_open_attr *a, struct sr_qp **out)
+{
+	const uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+	struct sr_qp *qp, *h;
+
+	if (a->comp_mask & ~(uint32_t)(need | IBV_QP_OPEN_ATTR_CONTEXT))
+		return -EINVAL;
+	if ((a->comp_mask & need) != need || !a->xrcd || a->qp_type != IBV_QPT_XRC_RECV)
+		return -EINVAL;
+	qp = ctx_find_qp(a->qp_num);
+	if (!qp)
+		return -ENOENT;
+	/* Only an XRC_RECV QP of the same domain can be opened. */
+	if (qp_type(qp) != IBV_QPT_XRC_RECV || qp->xdom != to_xrcd(a->xrcd)->dom) {
+		qp_put(qp);
+		return -EINVAL;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		qp_put(qp);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&handle_lock);
+	if (!qp->handles) {		/* its last handle is being destroyed */
+		pthread_mutex_unlock(&handle_lock);
+		free(h);
+		qp_put(qp);
+		return -ENOENT;
+	}
+	qp->handles++;
+	pthread_mutex_unlock(&handle_lock);
+	h->real = qp;
+	h->ctx = ctx;
+	h->ibqp.qp_base = qp->ibqp.qp_base;
+	h->ibqp.qp_base.context = &ctx->vctx.context;
+	h->ibqp.qp_base.qp_context = (a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? a->qp_context : NULL;
+	pthread_mutex_init(&h->ibqp.qp_base.mutex, NULL);
+	pthread_cond_init(&h->ibqp.qp_base.cond, NULL);
+	/* The handle itself stays in RESET with no queues: the WR API on
+	 * it fails cleanly (an XRC_RECV QP sends nothing anyway). */
+	pthread_mutex_init(&h->lock, NULL);
+	qp_init_wr_ops(h);
+	qp_put(qp);
+	*out = h;
+	return 0;
+}
+
+int qp_destroy_handle(struct sr_qp *h)
+{
+	struct sr_qp *qp = qp_real(h);
+	bool last;
+	int ret;
+
+	pthread_mutex_lock(&handle_lock);
+	last = --qp->handles == 0;
+	pthread_mutex_unlock(&handle_lock);
+	/* The creator's handle is the QP itself: it stays, receiving, until
+	 * the last opened handle goes (the program no longer uses it). */
+	if (last) {
+		ret = qp_destroy(qp);
+		if (ret) {
+			/* still in use (a flow holds it): the handle stays */
+			pthread_mutex_lock(&handle_lock);
+			qp->handles++;
+			pthread_mutex_unlock(&handle_lock);
+			return ret;
+		}
+	}
+	if (h != qp) {
+		pthread_mutex_destroy(&h->lock);
+		pthread_mutex_destroy(&h->ibqp.qp_base.mutex);
+		pthread_cond_destroy(&h->ibqp.qp_base.cond);
+		free(h);
+	}
+	return 0;
 }

@@ -48,6 +48,7 @@ struct sr_swqe {
 	/* UD: the destination, copied from the AH at post time */
 	struct sr_ud_av ud_av;
 	uint32_t ud_qpn, ud_qkey;
+	uint32_t xrc_srqn;		/* XRC_SEND: the remote SRQ (remote_srqn) */
 	struct ibv_sge sge[];		/* cap.max_send_sge entries */
 };
 
@@ -103,6 +104,20 @@ struct sr_qp {
 	uint32_t rnr_msn;
 
 	struct sr_raw_qp *raw;		/* IBV_QPT_RAW_PACKET (core/raw.h) */
+	/* XRC (core/xrcd.c). An XRC_RECV QP has no PD, CQ or queues of its
+	 * own: each request is received into the SRQ of its domain that the
+	 * last XRC header (SR_MSG_XRC) named, under that SRQ's PD. */
+	struct sr_xdom *xdom;		/* XRC_RECV: its domain */
+	struct sr_list xlink;		/* ... in xdom->tgts */
+	uint32_t rx_srqn;		/* XRC_RECV: named by the peer, 0 = none */
+	struct sr_srq *rx_srq;		/* ... held while one request runs */
+	struct sr_chan *xrc_tx_chan;	/* XRC_SEND: channel that was told ... */
+	uint32_t xrc_tx_srqn;		/* ... this SRQ number last */
+	/* ibv_open_qp(3): another handle on an XRC_RECV QP. A handle made
+	 * by ibv_open_qp points at the QP it opens; the QP counts its
+	 * handles (itself included) and goes with the last. */
+	struct sr_qp *real;		/* opened handle: the QP; else NULL */
+	int handles;			/* the QP: handles not yet destroyed */
 
 	/* WR API (ibv_qp_ex) building state */
 	uint32_t wr_begin;		/* sq_tail when wr_start was called */
@@ -111,6 +126,26 @@ struct sr_qp {
 };
 
 static inline struct sr_qp *to_qp(struct ibv_qp *q) { return (struct sr_qp *)q; }
+/* The QP behind a handle (ibv_open_qp hands out more than one). */
+static inline struct sr_qp *qp_real(struct sr_qp *qp) { return qp->real ? qp->real : qp; }
+static inline enum ibv_qp_type qp_type(const struct sr_qp *qp) { return qp->ibqp.qp_base.qp_type; }
+/* Connected, acknowledged transports: RC and the two halves of XRC. */
+static inline bool qp_type_reliable(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV;
+}
+/* PD, SRQ and CQ a request is received with (rx.c): the QP's own, or for
+ * an XRC_RECV QP those of the SRQ the request names (qp->rx_srq). */
+static inline struct sr_pd *qp_rx_pd(struct sr_qp *qp)
+{
+	return qp->xdom ? qp->rx_srq->pd : qp->pd;
+}
+/* ... and the context whose keys that PD's MRs are in (a domain may
+ * span the contexts of a process). */
+static inline struct sr_context *qp_rx_ctx(struct sr_qp *qp)
+{
+	return qp->xdom ? to_ctx(qp->rx_srq->ibsrq.context) : qp->ctx;
+}
 static inline struct sr_swqe *sq_at(struct sr_qp *qp, uint32_t i)
 {
 	return (struct sr_swqe *)(qp->sq_buf + (size_t)(i & (qp->sq_size - 1)) * qp->sq_stride);
@@ -120,6 +155,10 @@ extern const char *const sr_qp_state_name[IBV_QPS_UNKNOWN + 1];
 
 int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *attr, struct sr_qp **out);
 int qp_destroy(struct sr_qp *qp);
+/* ibv_open_qp(3): a new handle on the XRC_RECV QP qpn of xrcd's domain. */
+int qp_open(struct sr_context *ctx, struct ibv_qp_open_attr *attr, struct sr_qp **out);
+/* ibv_destroy_qp on any handle: the QP goes with its last handle. */
+int qp_destroy_handle(struct sr_qp *h);
 int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *attr, int mask);
 int qp_query(struct sr_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
 /* The IBTA attribute rules (IBTA Vol 1 §11.2.1, table of the kernel's

@@ -157,6 +157,8 @@ static int type_index(enum ibv_qp_type t)
 	case IBV_QPT_UC: return T_UC;
 	case IBV_QPT_UD: return T_UD;
 	case IBV_QPT_RAW_PACKET: return T_RAW;
+	case IBV_QPT_XRC_SEND:
+	case IBV_QPT_XRC_RECV: return T_RC;	/* with the changes below */
 	default: return -1;
 	}
 }
@@ -178,6 +180,18 @@ bool qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state cur,
 		return false;
 	req = t->req[ti];
 	opt = t->opt[ti];
+	/* XRC follows RC, less what a half without a responder (XRC_SEND
+	 * at RTR) or without a requester (XRC_RECV at RTS) has no use for:
+	 * the kernel's table does not require those there. They stay
+	 * allowed, as programs (pyverbs) pass RC's masks to both halves. */
+	if (type == IBV_QPT_XRC_SEND && cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+		req &= ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+		opt |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	}
+	if (type == IBV_QPT_XRC_RECV && cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+		req &= ~(IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+		opt |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	}
 	mask &= ~IBV_QP_STATE;
 	/* IBV_QP_RATE_LIMIT rides along with RTR->RTS and RTS->RTS in the
 	 * kernel's table for raw/UD; not ours. */

@@ -48,6 +48,8 @@ static void rx_fail(struct sr_qp *qp, struct sr_msg *req, int status,
 
 static bool take_rwqe(struct sr_qp *qp, struct sr_rwqe *out)
 {
+	if (qp->xdom)
+		return srq_take(qp->rx_srq, out) == 0;
 	if (qp->srq)
 		return srq_take(qp->srq, out) == 0;
 	if (qp->rq.head == qp->rq.tail)
@@ -79,7 +81,9 @@ static void recv_complete(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m,
 			wc.invalidated_rkey = m->inv_stag;
 		}
 	}
-	cq_push(qp->rcq, &wc, (m->flags & SR_MSGF_SE) != 0);
+	/* An XRC receive completes into its SRQ's CQ, naming the XRC_RECV
+	 * QP it came through (as mlx5 reports it). */
+	cq_push(qp->xdom ? qp->rx_srq->cq : qp->rcq, &wc, (m->flags & SR_MSGF_SE) != 0);
 }
 
 /* Scatter a SEND payload into a receive WQE. */
@@ -98,7 +102,7 @@ static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr
 
 		if (!n)
 			continue;
-		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, n,
+		if (mr_resolve(qp_rx_ctx(qp), qp_rx_pd(qp), s->lkey, s->addr, n,
 			       IBV_ACCESS_LOCAL_WRITE, false, &ref))
 			return IBV_WC_LOC_PROT_ERR;
 		if (mem_write(ref.addr, m->payload + off, n)) {
@@ -129,7 +133,7 @@ static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
 		st = scatter(qp, r, m);
 	}
 	if (st == IBV_WC_SUCCESS && (m->flags & SR_MSGF_INV) &&
-	    mw_invalidate(qp->ctx, qp->pd, m->inv_stag))
+	    mw_invalidate(qp_rx_ctx(qp), qp_rx_pd(qp), m->inv_stag))
 		st = IBV_WC_REM_INV_REQ_ERR;
 	if (st != IBV_WC_SUCCESS) {
 		/* IBTA 9.7.5.2.x: a too-short receive buffer is the
@@ -153,7 +157,7 @@ static int rx_resolve(struct sr_qp *qp, struct sr_msg *m, uint64_t len, int need
 {
 	if (!(qp->attr.qp_access_flags & need))
 		return -EACCES;
-	return mr_resolve(qp->ctx, qp->pd, m->stag, m->to, len, need, true, ref);
+	return mr_resolve(qp_rx_ctx(qp), qp_rx_pd(qp), m->stag, m->to, len, need, true, ref);
 }
 
 static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
@@ -191,7 +195,8 @@ int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
 	int n = 0;
 
 	pthread_mutex_lock(&qp->lock);
-	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE ||
+	/* XRC receives take the staged path (rx_request finds their SRQ). */
+	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || qp->xdom ||
 	    !sr_list_empty(&qp->rx_pending) || !take_rwqe(qp, r)) {
 		pthread_mutex_unlock(&qp->lock);
 		return -EAGAIN;
@@ -222,7 +227,8 @@ int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
 	int ret;
 
 	pthread_mutex_lock(&qp->lock);
-	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || !sr_list_empty(&qp->rx_pending)) {
+	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || qp->xdom ||
+	    !sr_list_empty(&qp->rx_pending)) {
 		pthread_mutex_unlock(&qp->lock);
 		return -EAGAIN;
 	}
@@ -378,7 +384,7 @@ static enum rx_result rx_atomic(struct sr_qp *qp, struct sr_msg *m)
 	return RX_DONE;
 }
 
-static enum rx_result rx_request(struct sr_qp *qp, struct sr_msg *m)
+static enum rx_result rx_request_one(struct sr_qp *qp, struct sr_msg *m)
 {
 	switch (m->op) {
 	case SR_MSG_SEND: return rx_send(qp, m);
@@ -390,6 +396,42 @@ static enum rx_result rx_request(struct sr_qp *qp, struct sr_msg *m)
 		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
 		return RX_DONE;
 	}
+}
+
+/* XRC_RECV: each request is received into the SRQ the last XRC header
+ * named, if that SRQ is in the QP's domain (IBTA Annex A14: else the
+ * request is NAKed, Remote Access Error, as a bad key would be). */
+static enum rx_result rx_request_xrc(struct sr_qp *qp, struct sr_msg *m)
+{
+	enum rx_result r;
+
+	if (m->op == SR_MSG_XRC) {
+		qp->rx_srqn = m->srqn;
+		return RX_DONE;
+	}
+	qp->rx_srq = xdom_srq_get(qp->xdom, qp->rx_srqn);
+	if (!qp->rx_srq) {
+		sr_dbg("QP %#x: no XRC SRQ %#x in its domain", qp->ibqp.qp_base.qp_num,
+		       qp->rx_srqn);
+		rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+		return RX_DONE;
+	}
+	r = rx_request_one(qp, m);
+	xdom_srq_put(qp->rx_srq);
+	qp->rx_srq = NULL;
+	return r;
+}
+
+static enum rx_result rx_request(struct sr_qp *qp, struct sr_msg *m)
+{
+	if (qp->xdom)
+		return rx_request_xrc(qp, m);
+	/* XRC headers are for XRC_RECV QPs; an XRC_SEND QP takes no requests */
+	if (m->op == SR_MSG_XRC || qp_type(qp) == IBV_QPT_XRC_SEND) {
+		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
+		return RX_DONE;
+	}
+	return rx_request_one(qp, m);
 }
 
 static enum ibv_wc_status status_to_wc(int st)

@@ -203,6 +203,26 @@ static enum ibv_wc_status local_op(struct sr_qp *qp, struct sr_swqe *w)
 								     : IBV_WC_SUCCESS;
 }
 
+/* XRC_SEND: the requests of w are for XRC SRQ w->xrc_srqn. Tell the
+ * channel when that differs from what it was last told (SR_MSG_XRC, the
+ * XRCETH said once rather than in every packet). Caller holds qp->lock. */
+static int sq_xrc_header(struct sr_qp *qp, struct sr_swqe *w)
+{
+	struct sr_msg *m;
+
+	if (qp_type(qp) != IBV_QPT_XRC_SEND ||
+	    (qp->xrc_tx_chan == qp->chan && qp->xrc_tx_srqn == w->xrc_srqn))
+		return 0;
+	m = msg_alloc(0);
+	if (!m)
+		return -ENOMEM;
+	m->op = SR_MSG_XRC;
+	m->srqn = w->xrc_srqn;
+	qp->xrc_tx_chan = qp->chan;
+	qp->xrc_tx_srqn = w->xrc_srqn;
+	return chan_send(qp->chan, m);
+}
+
 /* Build the message for one WQE. Returns NULL with *st set on a local
  * error, or NULL with *st == SUCCESS if memory ran out (retry later). */
 static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status *st)
@@ -320,6 +340,14 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			qp->sq_next++;
 			continue;
 		}
+		if (qp_type(qp) == IBV_QPT_XRC_SEND && !qp->chan->acks) {
+			/* XRC needs softrnic's XRC header, which only a
+			 * softrnic peer speaks (src/wire/srext.h). */
+			w->status = IBV_WC_LOC_QP_OP_ERR;
+			w->state = SR_WQE_DONE;
+			qp->sq_next++;
+			break;
+		}
 		if (w->opcode == IBV_WR_SEND_WITH_IMM && qp->chan->no_send_imm) {
 			/* The peer speaks RFC iWARP, which has no SEND with
 			 * immediate: fail it here rather than send what the
@@ -338,6 +366,11 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			w->state = SR_WQE_DONE;
 			qp->sq_next++;
 			break;
+		}
+		if (sq_xrc_header(qp, w)) {
+			msg_free(m);
+			qp_fail_retry_locked(qp);
+			return;
 		}
 		qp->ssn++;
 		qp->sq_next++;
@@ -457,8 +490,10 @@ static int check_opcode(struct sr_qp *qp, uint32_t op)
 
 static bool sq_state_accepts(struct sr_qp *qp)
 {
-	/* ibv_post_send(3): RTS, SQD, SQE and ERR accept; ERR flushes. */
-	return qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_ERR;
+	/* ibv_post_send(3): RTS, SQD, SQE and ERR accept; ERR flushes. An
+	 * XRC_RECV QP has no send queue. */
+	return qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_ERR &&
+	       qp_type(qp) != IBV_QPT_XRC_RECV;
 }
 
 /* Fill the next free slot from @wr; caller holds qp->lock. */
@@ -550,6 +585,8 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 		if (ret)
 			return ret;
 	}
+	if (qp_type(qp) == IBV_QPT_XRC_SEND)
+		w->xrc_srqn = wr->qp_type.xrc.remote_srqn;
 	w->state = SR_WQE_POSTED;
 	qp->sq_tail++;
 	return 0;
@@ -594,8 +631,10 @@ int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 	int ret = 0;
 
 	pthread_mutex_lock(&qp->lock);
-	if (qp->srq || qp->state == IBV_QPS_RESET) {
-		/* ibv_post_recv(3): not on an SRQ-attached QP; RESET refuses. */
+	if (qp->srq || qp->state == IBV_QPS_RESET || qp_type(qp) == IBV_QPT_XRC_SEND ||
+	    qp_type(qp) == IBV_QPT_XRC_RECV) {
+		/* ibv_post_recv(3): not on an SRQ-attached QP; RESET refuses;
+		 * XRC QPs have no receive queue (receives go to XRC SRQs). */
 		ret = -EINVAL;
 		*bad = wr;
 		goto out;

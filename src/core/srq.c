@@ -79,6 +79,7 @@ int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq *
 	srq->max_wr = attr->attr.max_wr;
 	srq->limit = attr->attr.srq_limit;
 	srq->pd = pd;
+	srq->srqn = srqn_alloc();
 	srq->ibsrq.context = pd->ibpd.context;
 	srq->ibsrq.srq_context = attr->srq_context;
 	srq->ibsrq.pd = &pd->ibpd;
@@ -92,12 +93,35 @@ int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq *
 	return 0;
 }
 
+int srq_create_xrc(struct sr_pd *pd, struct sr_xrcd *xrcd, struct sr_cq *cq,
+		   struct ibv_srq_init_attr *attr, struct sr_srq **out)
+{
+	struct sr_srq *srq;
+	int ret;
+
+	if (to_ctx(cq->ibcq.context) != to_ctx(pd->ibpd.context))
+		return -EINVAL;
+	ret = srq_create(pd, attr, &srq);
+	if (ret)
+		return ret;
+	srq->cq = cq;
+	atomic_fetch_add(&cq->refs, 1);
+	srq->xdom = xrcd->dom;
+	xdom_add_srq(srq->xdom, srq);
+	*out = srq;
+	return 0;
+}
+
 int srq_destroy(struct sr_srq *srq)
 {
 	struct sr_context *ctx = to_ctx(srq->ibsrq.context);
 
 	if (atomic_load(&srq->refs))
 		return -EBUSY;
+	if (srq->xdom) {
+		xdom_del_srq(srq->xdom, srq);
+		atomic_fetch_sub(&srq->cq->refs, 1);
+	}
 	evq_remove_obj(&ctx->async, srq);
 	atomic_fetch_sub(&srq->pd->refs, 1);
 	atomic_fetch_sub(&ctx->nsrq, 1);

@@ -165,7 +165,13 @@ static void x_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t qpn, uint
 	tb.wr.wr.ud.remote_qpn = qpn;
 	tb.wr.wr.ud.remote_qkey = qkey;
 }
-static void x_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn) { x_unsupported(q); }
+static void x_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn)
+{
+	/* ibv_wr_set_xrc_srqn(3): the remote SRQ of the WR just started */
+	if (!tb.open)
+		return;
+	tb.wr.qp_type.xrc.remote_srqn = srqn;
+}
 
 static void x_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t len)
 {

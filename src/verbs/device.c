@@ -99,6 +99,8 @@ int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_devic
 		IBV_ODP_SUPPORT_WRITE;
 	/* UD sends and receives copy through the same unpinned path. */
 	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+	/* XRC moves data exactly as RC does; its receives are SRQ receives. */
+	a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
 	a.completion_timestamp_mask = UINT64_MAX;
 	a.hca_core_clock = 1000000;		/* kHz: timestamps are ns */
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;

@@ -31,14 +31,14 @@ static int op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 			*(bad ? bad : &dummy) = w;
 			return EINVAL;
 		}
-	return sr_err(qp_post_send(to_qp(qp), wr, bad ? bad : &dummy));
+	return sr_err(qp_post_send(qp_real(to_qp(qp)), wr, bad ? bad : &dummy));
 }
 
 static int op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct ibv_recv_wr *dummy;
 
-	return sr_err(qp_post_recv(to_qp(qp), wr, bad ? bad : &dummy));
+	return sr_err(qp_post_recv(qp_real(to_qp(qp)), wr, bad ? bad : &dummy));
 }
 
 /* Posting to an SRQ may satisfy a QP that parked an inbound SEND for
@@ -50,6 +50,10 @@ static void srq_resume_qps(struct sr_srq *srq)
 	struct sr_qp *list[SR_MAX_QP];
 	int n = 0;
 
+	if (srq->xdom) {
+		xdom_resume(srq->xdom);	/* XRC_RECV QPs, in any context */
+		return;
+	}
 	if (!atomic_load(&srq->refs))
 		return;
 	pthread_mutex_lock(&ctx->lock);
@@ -147,6 +151,8 @@ static struct ibv_srq *op_create_srq_ex(struct ibv_context *context,
 	struct sr_srq *srq;
 	int ret;
 
+	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type == IBV_SRQT_XRC)
+		return sr_create_srq_xrc(context, a);
 	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC) {
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -198,6 +204,7 @@ void verbs_init_ops(struct sr_context *ctx)
 	v->modify_cq = op_modify_cq;
 	verbs_init_domain_ops(v);	/* TD, parent domain, DM: domain.c */
 	verbs_init_raw_ops(v);
+	verbs_init_xrc_ops(ctx);
 }
 
 /* Async event accounting: destroy waits until what was handed out is

@@ -299,7 +299,7 @@ struct ibv_qp *sr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 {
 	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 			       IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_RX_HASH |
-			       IBV_QP_INIT_ATTR_IND_TABLE;
+			       IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_XRCD;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
@@ -320,7 +320,7 @@ struct ibv_qp *sr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (a->pd && a->pd->context != context) {
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_PD) && a->pd && a->pd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -357,12 +357,12 @@ SR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 SR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 			   struct ibv_qp_init_attr *init_attr)
 {
-	return sr_err(qp_query(to_qp(qp), attr, attr_mask, init_attr));
+	return sr_err(qp_query(qp_real(to_qp(qp)), attr, attr_mask, init_attr));
 }
 
 SR_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 {
-	return sr_err(qp_modify(to_qp(qp), attr, attr_mask));
+	return sr_err(qp_modify(qp_real(to_qp(qp)), attr, attr_mask));
 }
 
 SR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
@@ -373,7 +373,7 @@ SR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	while (ibqp->events_completed < qp->async_given)
 		pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
 	pthread_mutex_unlock(&ibqp->mutex);
-	return sr_err(qp_destroy(qp));
+	return sr_err(qp_destroy_handle(qp));
 }
 
 /* ibv_query_qp_data_in_order(3): placement is in order, always. */

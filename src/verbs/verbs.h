@@ -17,6 +17,9 @@ enum ibv_gid_type_sysfs {
 
 void verbs_init_ops(struct sr_context *ctx);
 void verbs_init_domain_ops(struct verbs_context *v);
+/* XRC (verbs/xrc.c) */
+void verbs_init_xrc_ops(struct sr_context *ctx);
+struct ibv_srq *sr_create_srq_xrc(struct ibv_context *context, struct ibv_srq_init_attr_ex *a);
 int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *in,
 		       struct ibv_device_attr_ex *attr, size_t attr_size);
 int sr_query_port(struct ibv_context *context, uint8_t port_num,

@@ -22,9 +22,16 @@ static uint32_t ext_qn(uint8_t op)
 	return op == SR_EXT_ACK || op == SR_EXT_RNR ? SR_EXT_QN : 0;
 }
 
+static bool ext_qn_ok(uint8_t op, uint32_t qn, uint32_t msn, uint32_t mo)
+{
+	if (op == SR_EXT_ACK && qn == SR_EXT_QN_XRC)
+		return msn == 0 && mo <= 0xffffff;	/* XRC header */
+	return qn == ext_qn(op);
+}
+
 ssize_t sr_ext_hdr_encode(uint8_t *buf, size_t cap, const struct ddp_hdr *h)
 {
-	if (!sr_ext_opcode(h->opcode) || h->tagged || h->qn != ext_qn(h->opcode))
+	if (!sr_ext_opcode(h->opcode) || h->tagged || !ext_qn_ok(h->opcode, h->qn, h->msn, h->mo))
 		return -EINVAL;
 	if (cap < DDP_UNTAGGED_HDR_LEN)
 		return -ENOSPC;
@@ -54,7 +61,7 @@ ssize_t sr_ext_hdr_decode(const uint8_t *buf, size_t len, struct ddp_hdr *h)
 	h->qn = get32(buf + 6);
 	h->msn = get32(buf + 10);
 	h->mo = get32(buf + 14);
-	if (h->qn != ext_qn(h->opcode))
+	if (!ext_qn_ok(h->opcode, h->qn, h->msn, h->mo))
 		return -EBADMSG;
 	return DDP_UNTAGGED_HDR_LEN;
 }

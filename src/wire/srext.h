@@ -16,6 +16,10 @@ enum sr_ext_opcode {
 	SR_EXT_RNR = 0xf,		/* QN 4, MSN = request msn, MO = RNR timer */
 };
 #define SR_EXT_QN 4
+/* The XRC header (DESIGN.md "softrnic's extension messages"): opcode
+ * SR_EXT_ACK on queue 5, MSN 0, MO = the XRC SRQ number (24 bits) that
+ * the requests after it, until the next one, are for. */
+#define SR_EXT_QN_XRC 5
 
 static inline bool sr_ext_opcode(uint8_t op)
 {

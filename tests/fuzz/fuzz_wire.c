@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "wire/iwarp.h"
+#include "wire/srext.h"
 
 #define CHECK(c)							\
 	do {								\
@@ -230,6 +231,32 @@ static void fuzz_term(const uint8_t *p, size_t n)
 	CHECK(!memcmp(out + 4, p + 4, (size_t)r - 4));
 }
 
+/* softrnic's extension headers (wire/srext.h): ACK, RNR, SEND with
+ * immediate and the XRC header. */
+static void fuzz_ext_hdr(const uint8_t *p, size_t n)
+{
+	struct ddp_hdr a, b;
+	ssize_t r, e;
+
+	r = sr_ext_hdr_decode(p, n, &a);
+	if (r < 0) {
+		CHECK(decode_error(r));
+		return;
+	}
+	CHECK(r == DDP_UNTAGGED_HDR_LEN && (size_t)r <= n && sr_ext_opcode(a.opcode));
+	if (a.qn == SR_EXT_QN_XRC)
+		CHECK(a.opcode == SR_EXT_ACK && a.msn == 0 && a.mo <= 0xffffff);
+	e = sr_ext_hdr_encode(out, sizeof(out), &a);
+	CHECK(e == r);
+	CHECK(sr_ext_hdr_decode(out, (size_t)e, &b) == e);
+	CHECK(a.opcode == b.opcode && a.last == b.last && a.inv_stag == b.inv_stag &&
+	      a.qn == b.qn && a.msn == b.msn && a.mo == b.mo);
+	/* L, DV and RV, opcode; then every field */
+	CHECK((out[0] & 0xc3) == (p[0] & 0xc3));
+	CHECK((out[1] & 0xcf) == (p[1] & 0xcf));
+	CHECK(!memcmp(out + 2, p + 2, (size_t)r - 2));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -240,7 +267,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!size)
 		return 0;
 	n = size - 1;
-	switch (data[0] % 9) {
+	switch (data[0] % 10) {
 	case 0:
 		fuzz_mpa_frame(p, n);
 		break;
@@ -265,8 +292,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 7:
 		fuzz_term(p, n);
 		break;
-	default:
+	case 8:
 		fuzz_imm(p, n);
+		break;
+	default:
+		fuzz_ext_hdr(p, n);
 		break;
 	}
 	return 0;

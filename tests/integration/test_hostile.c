@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -178,6 +179,124 @@ static void junk_after_handshake(void)
 	tctx_close(&t);
 }
 
+/* softrnic's XRC header (DESIGN.md "Extension messages on the wire"),
+ * built by hand: opcode 0xe on queue 5, MSN, MO = SRQ number; no CRC. */
+static size_t xrc_hdr(uint8_t *b, uint32_t msn, uint32_t srqn)
+{
+	memset(b, 0, 24);
+	put16(b, 18);
+	b[2] = 0x41;
+	b[3] = 0x4e;
+	put32(b + 8, 5);
+	put32(b + 12, msn);
+	put32(b + 16, srqn);
+	return 24;
+}
+
+/* A SEND Last of 8 bytes "xrc-data" on queue 0, MSN 1, MO 0; no CRC. */
+static size_t send8(uint8_t *b)
+{
+	memset(b, 0, 32);
+	put16(b, 18 + 8);
+	b[2] = 0x41;
+	b[3] = 0x43;
+	put32(b + 12, 1);
+	memcpy(b + 20, "xrc-data", 8);
+	return 32;
+}
+
+/* A fake peer speaking the XRC header: to an RC QP (not its to take),
+ * to an XRC_RECV QP without one, naming no SRQ, or malformed: ERROR each
+ * time. The last case is the control: the frame as documented, naming a
+ * real SRQ, is received into that SRQ. */
+static void xrc_headers(void)
+{
+	struct ibv_xrcd_init_attr xa = {
+		.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+		.fd = -1, .oflags = O_CREAT,
+	};
+	struct ibv_xrcd *x;
+	struct ibv_srq *srq;
+	struct ibv_cq *cq;
+	struct buf rb;
+	struct tctx t;
+	uint32_t srqn;
+
+	tctx_open(&t);
+	x = ibv_open_xrcd(t.ctx, &xa);
+	CHECK(x, "ibv_open_xrcd: %s", strerror(errno));
+	cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
+	CHECK(cq, "cq");
+	struct ibv_srq_init_attr_ex sa = {
+		.attr = { .max_wr = 4, .max_sge = 1 },
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+			     IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ,
+		.srq_type = IBV_SRQT_XRC, .pd = t.pd, .xrcd = x, .cq = cq,
+	};
+	srq = ibv_create_srq_ex(t.ctx, &sa);
+	CHECK(srq && ibv_get_srq_num(srq, &srqn) == 0, "XRC SRQ: %s", strerror(errno));
+	buf_alloc(&t, &rb, 4096, ACC_ALL);
+	for (int kind = 0; kind < 5; kind++) {
+		struct ibv_qp_init_attr_ex ia = {
+			.qp_type = kind ? IBV_QPT_XRC_RECV : IBV_QPT_RC,
+			.comp_mask = kind ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD,
+			.pd = t.pd, .xrcd = x, .send_cq = cq, .recv_cq = cq,
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+		};
+		uint32_t fake = 0xfffff0;	/* larger QPN: the fake peer dials */
+		struct ibv_qp *qp = ibv_create_qp_ex(t.ctx, &ia);
+		uint8_t b[256];
+		size_t n = 0;
+		int fd, st = -1;
+
+		CHECK(qp, "kind %d: create QP: %s", kind, strerror(errno));
+		qp_to_init(qp, ACC_ALL);
+		qp_to_rtr(&t, qp, fake, IBV_MTU_4096, 0, 1);
+		qp_to_rts(qp, 0, 1);
+		fd = dial((uint16_t)(qp->qp_num >> 8));
+		send_all(fd, b, mpa_request(b, fake, qp->qp_num));
+		CHECK(wait_reply(fd) > 0, "kind %d: no MPA reply", kind);
+		if (kind == 0 || kind == 4)
+			n = xrc_hdr(b, 0, srqn);
+		else if (kind == 2)
+			n = xrc_hdr(b, 0, srqn ^ 0x800000);
+		else if (kind == 3)
+			n = xrc_hdr(b, 7, srqn);
+		n += send8(b + n);
+		if (kind == 4) {
+			struct ibv_sge sge = { (uintptr_t)rb.p, 64, rb.mr->lkey };
+			struct ibv_recv_wr wr = { .wr_id = 44, .sg_list = &sge, .num_sge = 1 }, *bad;
+			struct ibv_wc wc;
+
+			CHECK(ibv_post_srq_recv(srq, &wr, &bad) == 0, "post SRQ receive");
+			send_all(fd, b, n);
+			expect_wc(cq, &wc, 44, IBV_WC_SUCCESS, IBV_WC_RECV, "hand-made XRC SEND");
+			CHECK(wc.byte_len == 8 && wc.qp_num == qp->qp_num, "byte_len %u qp_num %#x",
+			      wc.byte_len, wc.qp_num);
+			check_bytes(rb.p, "xrc-data", 8, "hand-made XRC SEND payload");
+			CHECK(qp_state(qp) == IBV_QPS_RTS, "QP state %d after a good XRC SEND",
+			      qp_state(qp));
+		} else {
+			send_all(fd, b, n);
+			for (int i = 0; i < 200 && st != IBV_QPS_ERR; i++) {
+				st = qp_state(qp);
+				if (st != IBV_QPS_ERR)
+					usleep(10000);
+			}
+			CHECK(st == IBV_QPS_ERR, "kind %d: QP in state %d, not ERR", kind, st);
+			expect_no_wc(cq, 10, "no receive for a refused XRC SEND");
+		}
+		close(fd);
+		CHECK(ibv_destroy_qp(qp) == 0, "destroy qp");
+	}
+	buf_free(&rb);
+	CHECK(ibv_destroy_srq(srq) == 0, "destroy SRQ");
+	CHECK(ibv_destroy_cq(cq) == 0, "destroy cq");
+	CHECK(ibv_close_xrcd(x) == 0, "close XRCD");
+	tctx_close(&t);
+}
+
 /* Junk where the MPA request should be: the stream is dropped, nothing
  * else happens, and a real pair still works afterwards. */
 static void junk_instead_of_mpa(void)
@@ -218,6 +337,7 @@ static void junk_instead_of_mpa(void)
 
 static const struct subtest tests[] = {
 	SUBTEST(junk_after_handshake),
+	SUBTEST(xrc_headers),
 	SUBTEST(junk_instead_of_mpa),
 };
 
