@@ -9,8 +9,9 @@
 #                 `softrnic run` (unpacked into build/conformance/; per-module
 #                 results; also run by make test as ctest compat/rdma_core_suite)
 #   make interop  build, then the interop suite against Linux siw in a qemu
-#                 guest (tests/interop/run.sh, docs/INTEROP.md). Not yet part
-#                 of make test: issue 6 is open and some cases still fail.
+#                 guest (tests/interop/run.sh, docs/INTEROP.md). make test
+#                 runs it too, as ctest interop/siw, where it can (root;
+#                 qemu, installed if missing), and says why it skips if not.
 #   make demo     build, then show the device and run the verbs demo
 #   make bench    softrnic beside raw TCP, as ratios (bench/README.md)
 #   make clean    remove all build trees

@@ -40,7 +40,14 @@ struct sr_chan {
 	bool acks;			/* peer answers SEND/WRITE with ACK */
 	bool no_send_imm;		/* cannot carry SEND with immediate (RFC
 					 * iWARP has none): such WQEs fail */
+	bool rfc_only;			/* the peer speaks RFC 5040 RDMAP only
+					 * (Linux siw): no RFC 7306 immediate
+					 * data or atomics either; posting them
+					 * fails with EOPNOTSUPP */
 	bool zcopy;			/* takes payload by reference (msg->src) */
+	uint16_t max_reads;		/* the peer's IRD as the MPA exchange
+					 * agreed: READ requests unanswered at
+					 * once, at most (0: no limit) */
 	atomic_int refs;
 };
 
@@ -84,6 +91,7 @@ void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq);
 struct chan_cm_params {
 	int fd;				/* connected; the channel owns it on success */
 	bool crc, ext;
+	bool plain;			/* the peer is not softrnic (chan->rfc_only) */
 	bool responder;			/* sent the MPA reply (see tx_gate) */
 	uint16_t ird, ord;
 	const uint8_t *rx;

@@ -92,10 +92,26 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	 * first responder bytes come right behind the MPA reply. Programs
 	 * whose server speaks first (ucmatose) would then wait for ever
 	 * without RTR, which siw never sends: after TX_GATE_NS the gate
-	 * opens anyway (tcp_on_timer). softrnic initiators need no wait. */
-	tc->tx_gate = p->responder && !p->ext && !p->rx_len;
+	 * opens anyway (tcp_on_timer). softrnic initiators need no wait.
+	 *
+	 * Linux siw as the responder has the opposite trouble: siw_accept()
+	 * sends the MPA reply first and moves the socket under the QP
+	 * after, and an FPDU landing in between is left unread in siw's
+	 * socket until more bytes come. A program that sends one message
+	 * and waits for the answer (rping, perftest's handshake) then waits
+	 * for ever. So an initiator towards a plain iWARP peer holds its
+	 * first FPDU for INIT_GATE_NS, or until the responder speaks (siw
+	 * sends only once its socket is the QP's). */
+	tc->tx_gate = !p->ext && !p->rx_len;
+	tc->tx_gate_init = tc->tx_gate && !p->responder;
 	tc->ch.acks = p->ext;
 	tc->ch.no_send_imm = !p->ext;
+	tc->ch.rfc_only = p->plain && !p->ext;
+	/* RFC 6581 §3: never more READs outstanding than the responder's
+	 * IRD (our ORD): Linux siw ends the stream with a TERMINATE when
+	 * its read queue overflows. A softrnic responder queues any number,
+	 * so with extensions there is no limit. */
+	tc->ch.max_reads = p->ext ? 0 : (p->ord ? p->ord : 1);
 	tc->ird = p->ird;
 	tc->ord = p->ord;
 	if (p->rx_len)
@@ -129,7 +145,7 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	}
 	tc->events = EPOLLIN;
 	if (tc->tx_gate)
-		progress_timer_arm(t->pg, &tc->timer, TX_GATE_NS);
+		progress_timer_arm(t->pg, &tc->timer, tc->tx_gate_init ? INIT_GATE_NS : TX_GATE_NS);
 	tcp_flush_locked(tc);
 	pthread_mutex_unlock(&tc->lock);
 

@@ -26,6 +26,13 @@
 #define POLL_CHECK_NS	(1000ULL * 1000ULL)
 /* How long an MPA responder waits for the initiator to speak first. */
 #define TX_GATE_NS	(50ULL * 1000000ULL)
+/* How long an MPA initiator holds its first FPDU towards a plain iWARP
+ * responder, unless the responder speaks first (tcp_cm.c: Linux siw). */
+#define INIT_GATE_NS	(20ULL * 1000000ULL)
+/* How long after the last bytes from a plain iWARP peer our FIN waits
+ * (tcp_drain_locked: Linux siw fails a SEND it already sent when our FIN
+ * overtakes its send path). */
+#define FIN_GRACE_NS	(20ULL * 1000000ULL)
 
 enum tcp_state {
 	TS_DIALING,		/* connect() in progress */
@@ -116,10 +123,15 @@ struct tcp_chan {
 	bool tx_any;
 	bool tx_urgent;			/* an answer is queued: never hold it */
 	bool rc;			/* the QP is RC: requests get answers */
-	bool tx_gate;			/* an MPA responder towards a plain iWARP
-					 * peer: nothing goes out until the
-					 * initiator's first bytes arrive, or
-					 * TX_GATE_NS has passed (tcp_cm.c) */
+	bool tx_gate;			/* towards a plain iWARP peer: nothing
+					 * goes out until the peer's first
+					 * bytes arrive, or TX_GATE_NS (an MPA
+					 * responder) or INIT_GATE_NS (an
+					 * initiator) has passed (tcp_cm.c) */
+	bool tx_gate_init;		/* that gate is an initiator's: a
+					 * disconnect opens it */
+	_Atomic uint64_t rx_last_ns;	/* when bytes last came in (plain iWARP
+					 * peers only: see FIN_GRACE_NS) */
 	/* requests whose payload could not be read (SR_MSGF_TX_FAULT), for
 	 * the QP, told after the channel lock is dropped */
 	uint32_t faults[16];

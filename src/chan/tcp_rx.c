@@ -752,6 +752,9 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			if (n > 0) {
 				tc->rlen += (size_t)n;
 				progress = true;
+				if (!tc->ext)
+					atomic_store_explicit(&tc->rx_last_ns, progress_now_ns(),
+							      memory_order_relaxed);
 				if (tc->tx_gate)
 					open_tx_gate(tc);
 			} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {

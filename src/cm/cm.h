@@ -119,6 +119,10 @@ struct cm_id {
 	uint16_t ird, ord;		/* ours (responder_resources, initiator_depth) */
 	uint16_t peer_ird, peer_ord;
 	bool crc, ext;			/* as negotiated */
+	uint8_t peer_rev;		/* the MPA request's revision (1 or 2) */
+	bool plain;			/* the peer is not softrnic (it did not
+					 * answer our softrnic flag): RFC iWARP
+					 * only, say Linux siw */
 	uint32_t qpn;			/* the QP the stream goes to */
 	struct softrnic_stream *stream;
 	bool ended_early;		/* the stream ended while ATTACHING */

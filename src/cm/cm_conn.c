@@ -220,6 +220,7 @@ static void on_request(struct cm_id *c, struct sr_list *dead)
 		return;
 	}
 	cm_thread_unwatch_locked(c);
+	c->peer_rev = f.rev;		/* we answer in it */
 	c->peer_ird = f.enhanced ? f.ird : 1;
 	c->peer_ord = f.enhanced ? f.ord : 1;
 	/* rdma-core keeps these as the accept defaults */
@@ -227,6 +228,10 @@ static void on_request(struct cm_id *c, struct sr_list *dead)
 	c->ord = (uint16_t)sr_min(c->peer_ird, CM_MAX_DEPTH);
 	c->crc = f.crc || cm_want_crc();
 	c->ext = f.softrnic && cm_want_ext();
+	/* our reply will offer the flag; a request without it is not
+	 * from a softrnic that wants extensions, and SOFTRNIC_EXT=0 in a
+	 * softrnic peer is its own choice: either way, RFC iWARP only */
+	c->plain = !f.softrnic && cm_want_ext();
 	c->state = CM_CONNECT_REQ;
 	if (l->sync) {
 		/* a sync listener's children are sync ids (rdma_get_request) */
@@ -331,6 +336,7 @@ static void on_reply(struct cm_id *c)
 		c->ord = (uint16_t)sr_min(c->ord, c->peer_ird);
 	c->crc = f.crc;
 	c->ext = f.softrnic && cm_want_ext();
+	c->plain = !f.softrnic && cm_want_ext();	/* it ignored our flag */
 	fill_conn(c, &p);
 	qp = c->id.qp;
 	if (!qp) {
@@ -349,7 +355,8 @@ static void on_reply(struct cm_id *c)
 	ret = cm_qp_to_rts(c, qp);
 	if (!ret) {
 		struct softrnic_stream_attr a = {
-			.fd = c->fd, .crc = c->crc, .ext = c->ext, .ird = c->ird, .ord = c->ord,
+			.fd = c->fd, .crc = c->crc, .ext = c->ext, .plain = c->plain,
+			.ird = c->ird, .ord = c->ord,
 			.ended = cm_stream_ended, .arg = c,
 		};
 
@@ -704,8 +711,8 @@ SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 	}
 	/* RFC 6581 §3: our ORD no more than the peer's IRD */
 	c->ord = (uint16_t)sr_min(c->ord, c->peer_ird);
-	n = cm_mpa_encode(frame, sizeof(frame), true, false, c->crc, cm_want_ext(), false,
-			  c->ird, c->ord, pd, pd_len);
+	n = cm_mpa_encode_rev(frame, sizeof(frame), c->peer_rev, true, false, c->crc,
+			      cm_want_ext(), false, c->ird, c->ord, pd, pd_len);
 	if (n < 0) {
 		ret = (int)n;
 		goto unlock;
@@ -722,7 +729,7 @@ SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 		ret = write_all(c->fd, frame, (size_t)n);
 	if (!ret) {
 		struct softrnic_stream_attr a = {
-			.fd = c->fd, .crc = c->crc, .ext = c->ext, .responder = true,
+			.fd = c->fd, .crc = c->crc, .ext = c->ext, .plain = c->plain, .responder = true,
 			.ird = c->ird, .ord = c->ord, .ended = cm_stream_ended, .arg = c,
 		};
 
@@ -747,8 +754,9 @@ static int reject(struct rdma_cm_id *id, const void *pd, uint8_t pd_len, bool ec
 {
 	uint8_t frame[CM_MPA_FRAME_MAX];
 	struct cm_id *c;
+	bool plain;
 	ssize_t n;
-	int ret;
+	int ret, fd;
 
 	if (!id)
 		return -EINVAL;
@@ -762,15 +770,22 @@ static int reject(struct rdma_cm_id *id, const void *pd, uint8_t pd_len, bool ec
 		pthread_mutex_unlock(&cm.lock);
 		return -EINVAL;
 	}
-	n = cm_mpa_encode(frame, sizeof(frame), true, true, c->crc, c->ext, ece,
-			  0, 0, pd, pd_len);
+	n = cm_mpa_encode_rev(frame, sizeof(frame), c->peer_rev, true, true, c->crc, c->ext, ece,
+			      0, 0, pd, pd_len);
 	ret = n < 0 ? (int)n : write_all(c->fd, frame, (size_t)n);
-	/* The socket closes after the reject either way (RFC 5044 §7.1.1). */
-	shutdown(c->fd, SHUT_WR);
-	close(c->fd);
+	fd = c->fd;
+	plain = c->plain;
 	c->fd = -1;
 	c->state = CM_FAILED;
 	pthread_mutex_unlock(&cm.lock);
+	/* The socket closes after the reject either way (RFC 5044 §7.1.1).
+	 * Linux siw, reading the reject, can take a FIN right behind it for
+	 * a reset and lose the private data (docs/INTEROP.md, S9): towards a
+	 * plain iWARP peer the FIN follows 20 ms later. */
+	if (plain)
+		usleep(20000);
+	shutdown(fd, SHUT_WR);
+	close(fd);
 	return ret;
 }
 
@@ -809,7 +824,8 @@ SR_EXPORT int rdma_establish(struct rdma_cm_id *id)
 	pthread_mutex_unlock(&cm.lock);
 	{
 		struct softrnic_stream_attr a = {
-			.fd = c->fd, .crc = c->crc, .ext = c->ext, .ird = c->ird, .ord = c->ord,
+			.fd = c->fd, .crc = c->crc, .ext = c->ext, .plain = c->plain,
+			.ird = c->ird, .ord = c->ord,
 			.ended = cm_stream_ended, .arg = c,
 		};
 

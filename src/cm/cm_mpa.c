@@ -21,10 +21,21 @@ ssize_t cm_mpa_encode(uint8_t *buf, size_t cap, bool reply, bool reject, bool cr
 		      bool ext, bool ece, uint16_t ird, uint16_t ord,
 		      const void *pd, size_t pd_len)
 {
+	return cm_mpa_encode_rev(buf, cap, MPA_REV_2, reply, reject, crc, ext, ece, ird, ord,
+				 pd, pd_len);
+}
+
+ssize_t cm_mpa_encode_rev(uint8_t *buf, size_t cap, uint8_t rev, bool reply, bool reject,
+			  bool crc, bool ext, bool ece, uint16_t ird, uint16_t ord,
+			  const void *pd, size_t pd_len)
+{
+	/* Rev 1 has neither the enhanced IRD/ORD word nor softrnic's flags
+	 * (a rev 1 peer is never softrnic: softrnic always asks rev 2). */
+	bool v2 = rev != MPA_REV_1;
 	struct mpa_frame f = {
 		.reply = reply, .reject = reply && reject, .crc = crc,
-		.softrnic = ext, .ece_reject = ece, .rev = MPA_REV_2,
-		.enhanced = true,
+		.softrnic = v2 && ext, .ece_reject = v2 && ece, .rev = v2 ? MPA_REV_2 : MPA_REV_1,
+		.enhanced = v2,
 		.ird = ird > MPA_IRD_ORD_MAX ? MPA_IRD_ORD_MAX : ird,
 		.ord = ord > MPA_IRD_ORD_MAX ? MPA_IRD_ORD_MAX : ord,
 		.pd = pd, .pd_len = (uint16_t)pd_len,

@@ -37,6 +37,12 @@ int cm_pd_limit(bool iwarp, enum cm_pd_kind kind);
 ssize_t cm_mpa_encode(uint8_t *buf, size_t cap, bool reply, bool reject, bool crc,
 		      bool ext, bool ece, uint16_t ird, uint16_t ord,
 		      const void *pd, size_t pd_len);
+/* The same at revision rev: a responder answers in the request's revision
+ * (RFC 5044 §7.1, RFC 6581 §3). Rev 1 carries no IRD/ORD word and none
+ * of softrnic's flags (ext, ece are ignored). */
+ssize_t cm_mpa_encode_rev(uint8_t *buf, size_t cap, uint8_t rev, bool reply, bool reject,
+			  bool crc, bool ext, bool ece, uint16_t ird, uint16_t ord,
+			  const void *pd, size_t pd_len);
 
 /* How many bytes the frame starting at buf takes in all, given the len
  * read so far: the header length until the header is in, then header +

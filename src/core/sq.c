@@ -312,6 +312,30 @@ static int sq_send_imm(struct sr_qp *qp, struct sr_swqe *w)
 	return chan_send(qp->chan, m);
 }
 
+/* What a peer that speaks RFC 5040 RDMAP only cannot honour: SEND with
+ * immediate (no RDMAP form), and RFC 7306's Immediate Data and atomics,
+ * which Linux siw answers with a TERMINATE (unknown opcode). */
+static bool beyond_rfc5040(uint32_t op)
+{
+	return op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
+	       op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* READ (and atomic) requests sent and not yet answered. */
+static uint32_t reads_out(struct sr_qp *qp)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = qp->sq_head; i != qp->sq_next; i++) {
+		struct sr_swqe *w = sq_at(qp, i);
+
+		n += w->state == SR_WQE_SENT &&
+		     (w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+		      w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD);
+	}
+	return n;
+}
+
 void qp_sq_progress_locked(struct sr_qp *qp)
 {
 	bool is_uc = qp->ibqp.qp_base.qp_type == IBV_QPT_UC;
@@ -348,15 +372,25 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			qp->sq_next++;
 			break;
 		}
-		if (w->opcode == IBV_WR_SEND_WITH_IMM && qp->chan->no_send_imm) {
+		if ((w->opcode == IBV_WR_SEND_WITH_IMM && qp->chan->no_send_imm) ||
+		    (qp->chan->rfc_only && beyond_rfc5040(w->opcode))) {
 			/* The peer speaks RFC iWARP, which has no SEND with
-			 * immediate: fail it here rather than send what the
-			 * peer would reject. */
+			 * immediate (or, Linux siw, no RFC 7306 either): fail
+			 * it here rather than send what the peer would
+			 * reject. Posted before the stream was up, or it
+			 * would have failed at post time (sq_fill). */
 			w->status = IBV_WC_LOC_QP_OP_ERR;
 			w->state = SR_WQE_DONE;
 			qp->sq_next++;
 			break;
 		}
+		/* At the peer's IRD the SQ waits, in order, for an answer
+		 * (rx_response resumes it). */
+		if (qp->chan->max_reads &&
+		    (w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+		     w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+		    reads_out(qp) >= qp->chan->max_reads)
+			break;
 		w->msn_first = w->msn = qp->ssn;
 		m = build_msg(qp, w, &st);
 		if (!m) {
@@ -509,6 +543,10 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 	ret = check_opcode(qp, wr->opcode);
 	if (ret)
 		return ret;
+	/* A connected peer known not to be softrnic (the MPA exchange
+	 * told): refuse now, with a reason, what it cannot honour. */
+	if (qp->chan && qp->chan->rfc_only && beyond_rfc5040(wr->opcode))
+		return -EOPNOTSUPP;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
 		return -EINVAL;
 	for (int i = 0; i < wr->num_sge; i++)

@@ -23,6 +23,9 @@ struct softrnic_stream_attr {
 	int fd;			/* the stream takes it over on success */
 	bool crc;		/* MPA CRC agreed */
 	bool ext;		/* both ends set the softrnic flag (0x04) */
+	bool plain;		/* the peer is known not to be softrnic: work
+				 * requests beyond RFC 5040 RDMAP (immediate
+				 * data, atomics) fail at post time */
 	bool responder;		/* we sent the MPA reply: towards a plain
 				 * iWARP peer, send nothing before its first
 				 * FPDU (RFC 5044 §7.1.2, RFC 6581 §1) */

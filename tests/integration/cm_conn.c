@@ -1288,6 +1288,101 @@ static void sub_peer_dies(void)
 	cm_fork_run(g_addr_v4, die_server, die_client);
 }
 
+/* ---- a peer that is not softrnic --------------------------------------- */
+
+/* The server plays a plain iWARP RNIC (SOFTRNIC_EXT=0: its MPA reply
+ * carries no softrnic flag, as Linux siw's does not). The client then
+ * knows its peer speaks RFC 5040 RDMAP only, and refuses at post time
+ * what that cannot carry (docs/COMPAT.md); the QP keeps working. */
+static void plain_server(struct cm_side *s)
+{
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *lid, *id;
+	struct rdma_cm_event *ev;
+	struct cm_buf b = { 0 };
+
+	setenv("SOFTRNIC_EXT", "0", 1);
+	cm_listen(s, &ch, &lid, 1, 0);
+	ev = cm_expect_request(ch, lid);
+	id = ev->id;
+	cm_ack(ev);
+	cm_create_qp(id, "plain server");
+	cm_buf_alloc(&b, id->pd, BUF_LEN);
+	fill_pattern(b.p + OFF_READSRC, 4096, SEED_SRV_SRC);
+	struct cm_pdata rp = cm_pdata_make(TAG_REP, b.mr);
+	struct rdma_conn_param acc = { .private_data = &rp, .private_data_len = sizeof(rp),
+				       .responder_resources = 1, .initiator_depth = 1 };
+	CHECK(rdma_accept(id, &acc) == 0, "rdma_accept: %s", strerror(errno));
+	cm_expect_ack(ch, RDMA_CM_EVENT_ESTABLISHED, "plain server ESTABLISHED");
+	cm_expect_ack(ch, RDMA_CM_EVENT_DISCONNECTED, "plain server DISCONNECTED");
+	check_pattern(b.p + OFF_WRITE, 4096, SEED_WRITE, "the client's WRITE, after its refusals");
+	rdma_disconnect(id);
+	rdma_destroy_qp(id);
+	cm_buf_free(&b);
+	CHECK(rdma_destroy_id(id) == 0, "destroy");
+	CHECK(rdma_destroy_id(lid) == 0, "destroy");
+	rdma_destroy_event_channel(ch);
+}
+
+static void plain_client(struct cm_side *s)
+{
+	static const enum ibv_wr_opcode beyond[] = {
+		IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
+		IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP,
+	};
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	struct rdma_cm_event *ev;
+	struct cm_buf b = { 0 };
+	uint16_t port = cm_get_port(s);
+
+	cm_resolve(s, port, &ch, &id, NULL);
+	cm_create_qp(id, "client");
+	cm_buf_alloc(&b, id->pd, BUF_LEN);
+	struct rdma_conn_param con = { .responder_resources = 1, .initiator_depth = 1,
+				       .retry_count = 7 };
+	CHECK(rdma_connect(id, &con) == 0, "rdma_connect: %s", strerror(errno));
+	ev = cm_expect(ch, RDMA_CM_EVENT_ESTABLISHED, 0, "client ESTABLISHED");
+	struct cm_pdata sp = cm_pdata_get(&ev->param.conn, TAG_REP, "ESTABLISHED");
+	cm_ack(ev);
+
+	for (size_t i = 0; i < ARRAY_SIZE(beyond); i++) {
+		struct ibv_sge sge = { (uintptr_t)b.p, 8, b.mr->lkey };
+		struct ibv_send_wr wr = {
+			.wr_id = 70 + i, .sg_list = &sge, .num_sge = 1, .opcode = beyond[i],
+			.send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(7),
+		}, *bad = NULL;
+
+		if (beyond[i] == IBV_WR_ATOMIC_FETCH_AND_ADD || beyond[i] == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			wr.wr.atomic.remote_addr = sp.addr;
+			wr.wr.atomic.rkey = sp.rkey;
+		} else {
+			wr.wr.rdma.remote_addr = sp.addr;
+			wr.wr.rdma.rkey = sp.rkey;
+		}
+		int r = ibv_post_send(id->qp, &wr, &bad);
+		CHECK(r == EOPNOTSUPP && bad == &wr,
+		      "opcode %d towards a plain iWARP peer: ibv_post_send %d (%s), bad_wr %s; "
+		      "want EOPNOTSUPP at this WR", beyond[i], r, strerror(r),
+		      bad == &wr ? "this WR" : "other");
+	}
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(id->send_cq, 1, &wc) == 0, "a refused WR left a completion");
+	/* the QP still works: a WRITE, and a READ of the server's data */
+	fill_pattern(b.p + OFF_WSRC, 4096, SEED_WRITE);
+	post_write(id, 81, &b, OFF_WSRC, 4096, sp.addr + OFF_WRITE, sp.rkey);
+	post_read(id, 82, &b, OFF_READDST, 4096, sp.addr + OFF_READSRC, sp.rkey);
+	check_pattern(b.p + OFF_READDST, 4096, SEED_SRV_SRC, "READ from the plain server");
+	cm_close(ch, id, 1);
+	cm_buf_free(&b);
+	rdma_destroy_event_channel(ch);
+}
+
+static void sub_plain_peer(void)
+{
+	cm_fork_run(g_addr_v4, plain_server, plain_client);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 struct cm_case {
@@ -1339,6 +1434,7 @@ int main(int argc, char **argv)
 		SUBTEST(sub_create_ep),
 		SUBTEST(sub_teardown_abrupt),
 		SUBTEST(sub_peer_dies),
+		SUBTEST(sub_plain_peer),
 	};
 
 	if (argc >= 3 && !strcmp(argv[1], "--server")) {

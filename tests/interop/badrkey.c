@@ -11,12 +11,21 @@
  *                                         one good operation (must
  *                                         succeed), then the same with the
  *                                         rkey flipped, then a good READ
+ *   interop_badrkey client ADDR PORT ext  towards a peer that is not
+ *                                         softrnic: SEND and WRITE with
+ *                                         immediate and both atomics must
+ *                                         fail at post time (EOPNOTSUPP),
+ *                                         then a WRITE read back with a
+ *                                         READ must carry the bytes, and
+ *                                         8 READs posted at once must all
+ *                                         succeed with an ORD of 1
  *
  * The client prints every completion and exits 0 if the good operation
  * succeeded and one of the two that follow the bad one completed with
  * IBV_WC_REM_ACCESS_ERR. (Over iWARP a WRITE to a peer without ACKs may
  * complete once sent, and the TERMINATE then fails the next request; a
- * READ always waits for its answer.) 1 otherwise, 2 on a timeout.
+ * READ always waits for its answer.) In ext mode it exits 0 if every
+ * refusal and the round trip were as said. 1 otherwise, 2 on a timeout.
  */
 #include "cm_util.h"
 
@@ -138,11 +147,87 @@ static int post(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *mr, voi
 	return ibv_post_send(qp, &wr, &bad);
 }
 
+/* The work requests RFC 5040 RDMAP has no form for (or Linux siw does
+ * not speak, RFC 7306): each must be refused by ibv_post_send. */
+static int refusals(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, const struct adv *a)
+{
+	static const struct {
+		enum ibv_wr_opcode op;
+		const char *name;
+	} ops[] = {
+		{ IBV_WR_SEND_WITH_IMM, "SEND_WITH_IMM" },
+		{ IBV_WR_RDMA_WRITE_WITH_IMM, "RDMA_WRITE_WITH_IMM" },
+		{ IBV_WR_ATOMIC_FETCH_AND_ADD, "ATOMIC_FETCH_AND_ADD" },
+		{ IBV_WR_ATOMIC_CMP_AND_SWP, "ATOMIC_CMP_AND_SWP" },
+	};
+	int ok = 1;
+
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		struct ibv_sge sge = { (uintptr_t)buf, 8, mr->lkey };
+		struct ibv_send_wr wr = {
+			.wr_id = 100 + i, .sg_list = &sge, .num_sge = 1, .opcode = ops[i].op,
+			.send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(0x1234),
+		}, *bad = NULL;
+		int r;
+
+		if (ops[i].op == IBV_WR_ATOMIC_FETCH_AND_ADD || ops[i].op == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			wr.wr.atomic.remote_addr = a->addr;
+			wr.wr.atomic.compare_add = 1;
+			wr.wr.atomic.rkey = a->rkey;
+		} else {
+			wr.wr.rdma.remote_addr = a->addr;
+			wr.wr.rdma.rkey = a->rkey;
+		}
+		r = ibv_post_send(qp, &wr, &bad);
+		printf("post %s: %s\n", ops[i].name, r ? strerror(r) : "accepted");
+		ok &= r == EOPNOTSUPP && bad == &wr;
+	}
+	return ok;
+}
+
+/* After the refusals the QP still works: a WRITE, read back. */
+static int round_trip(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, const struct adv *a)
+{
+	struct ibv_wc wc;
+	int ok = 1;
+
+	memcpy(buf, "interop-plain-peer-write-0123456789abcdefghijklmnopqrstuvwxyz!!", 64);
+	memset(buf + 64, 0, 64);
+	if (post(qp, IBV_WR_RDMA_WRITE, mr, buf, a->addr, a->rkey, 1) ||
+	    post(qp, IBV_WR_RDMA_READ, mr, buf + 64, a->addr, a->rkey, 2))
+		die("post: %s", strerror(errno));
+	for (int i = 0; i < 2; i++) {
+		wc = poll_one(qp->send_cq);
+		printf("wr %llu: %s\n", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+		ok &= wc.status == IBV_WC_SUCCESS;
+	}
+	ok &= !memcmp(buf, buf + 64, 64);
+	printf("read back %s\n", memcmp(buf, buf + 64, 64) ? "DIFFERS" : "matches");
+
+	/* Eight READs posted at once with an ORD of 1 (initiator_depth 1,
+	 * siw's IRD 1): softrnic must send them one at a time, or siw's read
+	 * queue overflows ("IRQ exceeded") and it ends the connection. */
+	memset(buf + 128, 0, 8 * 64);
+	for (int i = 0; i < 8; i++)
+		if (post(qp, IBV_WR_RDMA_READ, mr, buf + 128 + 64 * i, a->addr, a->rkey, 10 + i))
+			die("post READ %d: %s", i, strerror(errno));
+	for (int i = 0; i < 8; i++) {
+		wc = poll_one(qp->send_cq);
+		ok &= wc.status == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)(10 + i);
+		if (wc.status != IBV_WC_SUCCESS)
+			printf("READ burst wr %llu: %s\n", (unsigned long long)wc.wr_id,
+			       ibv_wc_status_str(wc.status));
+		ok &= !memcmp(buf, buf + 128 + 64 * i, 64);
+	}
+	printf("READ burst %s\n", ok ? "ok (8 of 8, in order, bytes match)" : "FAILED");
+	return ok;
+}
+
 static int client(struct rdma_event_channel *ch, struct addrinfo *ai, int write)
 {
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct ibv_qp_init_attr qa = qp_attr();
-	enum ibv_wr_opcode op = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+	enum ibv_wr_opcode op = write == 1 ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
 	static char buf[BUF_LEN];
 	struct rdma_cm_event *ev;
 	struct rdma_cm_id *id;
@@ -175,11 +260,21 @@ static int client(struct rdma_event_channel *ch, struct addrinfo *ai, int write)
 	a.addr = be64toh(a.addr);
 	a.rkey = be32toh(a.rkey);
 	printf("peer buffer 0x%llx rkey 0x%x\n", (unsigned long long)a.addr, a.rkey);
+	if (write == 2) {
+		good = refusals(id->qp, mr, buf, &a);
+		good &= round_trip(id->qp, mr, buf, &a);
+		rdma_disconnect(id);
+		rdma_destroy_qp(id);
+		ibv_dereg_mr(mr);
+		rdma_destroy_id(id);
+		printf("%s\n", good ? "OK" : "FAIL");
+		return good ? 0 : 1;
+	}
 
 	if (post(id->qp, op, mr, buf, a.addr, a.rkey, 1))
 		die("post good: %s", strerror(errno));
 	wc = poll_one(id->qp->send_cq);
-	printf("good %s: %s\n", write ? "WRITE" : "READ", ibv_wc_status_str(wc.status));
+	printf("good %s: %s\n", write == 1 ? "WRITE" : "READ", ibv_wc_status_str(wc.status));
 	good = wc.status == IBV_WC_SUCCESS;
 
 	/* The bad one, then a good READ that must not succeed after it. */
@@ -207,7 +302,7 @@ int main(int argc, char **argv)
 	int rc;
 
 	if (argc != 5 || (strcmp(argv[1], "server") && strcmp(argv[1], "client")))
-		die("usage: %s server ADDR PORT N | client ADDR PORT write|read", argv[0]);
+		die("usage: %s server ADDR PORT N | client ADDR PORT write|read|ext", argv[0]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	ai = cm_addr(argv[2], argv[3]);
 	ch = rdma_create_event_channel();
@@ -216,7 +311,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "server"))
 		rc = server(ch, ai, atoi(argv[4]));
 	else
-		rc = client(ch, ai, !strcmp(argv[4], "write"));
+		rc = client(ch, ai, !strcmp(argv[4], "write") ? 1 : !strcmp(argv[4], "ext") ? 2 : 0);
 	freeaddrinfo(ai);
 	rdma_destroy_event_channel(ch);
 	return rc;

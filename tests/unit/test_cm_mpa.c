@@ -118,6 +118,39 @@ static void test_need(void **state)
 	assert_int_equal(cm_mpa_need(buf, 20), CM_MPA_FRAME_MAX + 1);
 }
 
+/* A rev 1 request gets a rev 1 answer (RFC 5044 §7.1): no enhanced
+ * IRD/ORD word, no softrnic flags, the private data as it is. */
+static void test_rev1_answer(void **state)
+{
+	uint8_t buf[CM_MPA_FRAME_MAX];
+	struct mpa_frame f;
+	ssize_t n;
+
+	(void)state;
+	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_1, true, false, true, true, true, 8, 8,
+			      "pd", 2);
+	assert_int_equal(n, 20 + 2);
+	assert_memory_equal(buf, "MPA ID Rep Frame", 16);
+	assert_int_equal(buf[16], 0x40);	/* C only */
+	assert_int_equal(buf[17], 1);
+	assert_int_equal(buf[18] << 8 | buf[19], 2);
+	assert_memory_equal(buf + 20, "pd", 2);
+	assert_true(mpa_frame_decode(buf, (size_t)n, &f) > 0);
+	assert_true(f.reply && f.crc && !f.enhanced && !f.softrnic && f.rev == 1);
+
+	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_1, true, true, false, false, false, 0, 0,
+			      NULL, 0);
+	assert_int_equal(n, 20);
+	assert_int_equal(buf[16], 0x20);	/* R only */
+	assert_int_equal(buf[17], 1);
+
+	/* rev 2 (or a revision never recorded, 0) stays enhanced */
+	n = cm_mpa_encode_rev(buf, sizeof(buf), 0, true, false, false, false, false, 3, 4, NULL, 0);
+	assert_int_equal(n, 24);
+	assert_int_equal(buf[17], 2);
+	assert_true(mpa_frame_decode(buf, (size_t)n, &f) > 0 && f.enhanced && f.ird == 3 && f.ord == 4);
+}
+
 static void test_depth(void **state)
 {
 	(void)state;
@@ -146,6 +179,7 @@ int main(void)
 		cmocka_unit_test(test_reply_and_reject),
 		cmocka_unit_test(test_pd_limits),
 		cmocka_unit_test(test_need),
+		cmocka_unit_test(test_rev1_answer),
 		cmocka_unit_test(test_depth),
 		cmocka_unit_test(test_event_names),
 	};
