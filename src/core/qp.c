@@ -141,7 +141,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *a, struct sr_q
 	pthread_cond_init(&qp->ibqp.qp_base.cond, NULL);
 	qp_init_wr_ops(qp);
 
-	atomic_fetch_add(&qp->pd->refs, 1);
+	pd_get(qp->pd);
 	atomic_fetch_add(&qp->scq->refs, 1);
 	atomic_fetch_add(&qp->rcq->refs, 1);
 	if (qp->srq)
@@ -214,7 +214,7 @@ int qp_destroy(struct sr_qp *qp)
 	evq_remove_obj(&ctx->async, qp);
 	cq_forget_qp(qp->scq, qp);
 
-	atomic_fetch_sub(&qp->pd->refs, 1);
+	pd_put(qp->pd);
 	atomic_fetch_sub(&qp->scq->refs, 1);
 	atomic_fetch_sub(&qp->rcq->refs, 1);
 	if (qp->srq)
