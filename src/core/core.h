@@ -75,8 +75,8 @@ void dev_fill_attr(struct ibv_device_attr *a);
 void dev_fill_port_attr(struct ibv_port_attr *a);
 bool dev_iwarp(void);
 
-/* ---- key table (MR and MW keys), per context --------------------------- */
-enum sr_key_kind { SR_KEY_MR = 1, SR_KEY_MW = 2 };
+/* ---- key table (MR and MW keys, PD handles), per object space ----------- */
+enum sr_key_kind { SR_KEY_MR = 1, SR_KEY_MW = 2, SR_KEY_PD = 3 };
 
 struct sr_keyent {
 	uint32_t key;
@@ -102,18 +102,50 @@ int keytab_remove_locked(struct sr_keytab *t, uint32_t key);
 /* Caller holds t->lock (read or write). Returns NULL if absent. */
 struct sr_keyent *keytab_find_locked(struct sr_keytab *t, uint32_t key);
 
+/* ---- object space (core/space.c) ---------------------------------------- */
+/* What a kernel device file is to rdma-core: the space that PD handles and
+ * MR keys live in, named by every cmd_fd of the contexts that share it.
+ * ibv_open_device makes one; ibv_import_device(cmd_fd) opens a second
+ * context on the same one (ibv_import_device(3)), so PDs and MRs can be
+ * imported into it by handle. Holders (struct ibv_pd/ibv_mr) of an object
+ * that was ever imported are freed with the space, not before: a QP may
+ * still name a PD whose ibv_pd the program unimported, and a program may
+ * destroy an object through one holder and unimport the others. */
+struct sr_space {
+	atomic_int refs;		/* contexts that share it */
+	struct sr_keytab keys;		/* MR/MW keys and PD handles */
+	dev_t fd_dev;			/* identity of the memfd every */
+	ino_t fd_ino;			/* ... cmd_fd of it refers to */
+	pid_t owner;			/* the process whose memory it maps */
+	struct sr_list link;		/* in the process-wide list */
+	pthread_mutex_t lock;		/* the graveyard lists */
+	struct sr_list grave_pd, grave_mr;
+	atomic_int nmr, nmw;
+};
+
+/* A new space and its cmd_fd (a memfd carrying a small header: who owns
+ * it, so an importer in another process can say why it cannot import). */
+int space_create(struct sr_space **out, int *cmd_fd);
+/* The space a cmd_fd (or a dup of it) names, with a reference taken:
+ * -EBADF not a descriptor, -EOPNOTSUPP another process's softrnic context,
+ * -ENODEV a context of ours that is gone, -EINVAL anything else. */
+int space_find_fd(int fd, struct sr_space **out);
+void space_get(struct sr_space *s);
+void space_put(struct sr_space *s);
+
 /* ---- context ------------------------------------------------------------ */
 struct sr_context {
 	struct verbs_context vctx;	/* ibv_context is its last member */
 	pthread_mutex_t lock;
-	struct sr_keytab keys;
+	struct sr_space *space;		/* PDs and MRs; shared by imports */
+	int cmd_fd;			/* names the space; owned */
 	struct sr_qp *qps[256];		/* by QPN slot */
 	uint16_t port;			/* QPN prefix: the context's TCP port */
 	int listen_fd;
 	struct sr_evq async;
 	pid_t owner;			/* pid that opened it (fork safety) */
 	struct sr_list link;		/* in the process-wide context list */
-	atomic_int npd, nmr, ncq, nqp, nsrq, nmw, nah;
+	atomic_int npd, ncq, nqp, nsrq, nah;	/* MRs, MWs: per space */
 	struct sr_tcp_ctx *tcp;		/* TCP channel state, lazily (chan/tcp.c) */
 	struct sr_udp_ctx *udp;		/* UD: UDP socket, lazily (chan/udp.c) */
 	atomic_uint_fast64_t mr_bytes;
@@ -125,6 +157,9 @@ static inline struct sr_context *to_ctx(struct ibv_context *c)
 }
 
 int ctx_open(struct sr_device *dev, struct sr_context **out);
+/* ibv_import_device(3): a new context on the space cmd_fd names; the
+ * context owns cmd_fd from then on (closed by ctx_close). */
+int ctx_import(struct sr_device *dev, int cmd_fd, struct sr_context **out);
 void ctx_close(struct sr_context *ctx);
 /* Look up a QP by number in any context of this process; takes a ref. */
 struct sr_qp *ctx_find_qp(uint32_t qpn);
@@ -145,38 +180,51 @@ typedef void *(*sr_pd_alloc_fn)(struct ibv_pd *pd, void *pd_context, size_t size
 typedef void (*sr_pd_free_fn)(struct ibv_pd *pd, void *pd_context, void *ptr,
 			      uint64_t resource_type);
 
-/* A PD, or a parent domain (ibv_alloc_parent_domain(3)): a PD of its own
- * kind that stands for its protection domain everywhere (prot), adds an
- * optional TD, and may route the queue buffers of the QPs, SRQs and CQs
- * made on it through the application's allocator. */
+/* An ibv_pd holder, or a parent domain (ibv_alloc_parent_domain(3)).
+ *
+ * Holders: the PD object is the holder ibv_alloc_pd returned (obj ==
+ * itself); ibv_import_pd makes more holders naming it. Its handle is a
+ * key of kind SR_KEY_PD in the space's table.
+ *
+ * A parent domain is an object of its own (obj == itself) that stands for
+ * its PD (prot, a holder) everywhere, adds an optional TD, and may route
+ * the queue buffers of the QPs, SRQs and CQs made on it through the
+ * application's allocator. */
 struct sr_pd {
 	struct ibv_pd ibpd;
-	atomic_int refs;		/* objects that use it */
-	struct sr_pd *prot;		/* protection domain: itself (or NULL),
-					 * or the parent domain's PD */
+	struct sr_pd *obj;		/* the PD this holder names */
+	struct sr_space *space;
+	atomic_int refs;		/* on obj: objects that use the PD,
+					 * through any holder */
+	atomic_bool shared;		/* on obj: imported at least once */
+	bool dead;			/* on obj: deallocated */
+	bool buried;			/* holder: on the space's graveyard */
+	struct sr_list grave;
+	struct sr_pd *prot;		/* parent domain: its PD; else NULL */
 	struct sr_td *td;		/* parent domain: its TD, or NULL */
 	sr_pd_alloc_fn alloc;		/* parent domain allocators, or NULL */
 	sr_pd_free_fn free;
 	void *pd_context;
 };
 static inline struct sr_pd *to_pd(struct ibv_pd *p) { return (struct sr_pd *)p; }
-/* A PD made without pd_init (prot NULL) is its own protection domain. */
+static inline bool pd_is_parent(const struct sr_pd *pd) { return pd->prot != NULL; }
+/* The protection domain object a holder or parent domain stands for. */
 static inline const struct sr_pd *pd_prot(const struct sr_pd *pd)
 {
-	return pd->prot ? pd->prot : pd;
+	return (pd->prot ? pd->prot : pd)->obj;
 }
-static inline bool pd_is_parent(const struct sr_pd *pd) { return pd_prot(pd) != pd; }
-/* Do two PDs (or parent domains) grant access to each other's objects? */
+/* Do two PDs (holders, parent domains) grant access to each other's
+ * objects? */
 static inline bool pd_same(const struct sr_pd *a, const struct sr_pd *b)
 {
 	return pd_prot(a) == pd_prot(b);
 }
+static inline void pd_get(struct sr_pd *pd) { atomic_fetch_add(&pd->obj->refs, 1); }
+static inline void pd_put(struct sr_pd *pd) { atomic_fetch_sub(&pd->obj->refs, 1); }
 
 void pd_init(struct sr_pd *pd, struct ibv_context *context);
 int pd_alloc_parent(struct sr_context *ctx, struct ibv_parent_domain_init_attr *attr,
 		    struct sr_pd **out);
-/* Free a PD or parent domain; -EBUSY while objects use it. */
-int pd_dealloc(struct sr_pd *pd);
 int td_alloc(struct sr_context *ctx, struct ibv_td_init_attr *attr, struct sr_td **out);
 int td_dealloc(struct sr_td *td);
 
@@ -215,9 +263,26 @@ int dm_free(struct sr_dm *dm);
 int dm_import(struct sr_context *ctx, uint32_t handle, struct sr_dm **out);
 void dm_unimport(struct sr_dm *dm);
 
+int pd_alloc(struct sr_context *ctx, struct sr_pd **out);
+/* Free a PD holder or a parent domain: -EBUSY while anything uses it;
+ * -EINVAL if destroyed already through another holder (only
+ * ibv_unimport_pd is left then). */
+int pd_dealloc(struct sr_pd *pd);
+int pd_import(struct sr_context *ctx, uint32_t handle, struct sr_pd **out);
+void pd_unimport(struct sr_pd *pd);
+
+/* An ibv_mr holder; as with PDs, the region is the holder ibv_reg_mr
+ * returned and ibv_import_mr makes more holders naming it (handle = key).
+ * Every field below obj is the region's, meaningful on obj only. */
 struct sr_mr {
 	struct ibv_mr ibmr;
-	struct sr_pd *pd;
+	struct sr_mr *obj;		/* the region this holder names */
+	struct sr_space *space;
+	bool buried;			/* holder: on the space's graveyard */
+	struct sr_list grave;
+	atomic_bool shared;		/* imported at least once */
+	bool dead;			/* deregistered */
+	struct sr_pd *pd;		/* holder it was registered through */
 	uint64_t iova;			/* first address the keys address */
 	uint64_t length;
 	uintptr_t vaddr;		/* process address backing iova */
@@ -228,6 +293,8 @@ struct sr_mr {
 	atomic_int mw_binds;
 };
 static inline struct sr_mr *to_mr(struct ibv_mr *m) { return (struct sr_mr *)m; }
+/* The region an ibv_mr names (itself, or the original of an import). */
+static inline struct sr_mr *mr_obj(struct ibv_mr *m) { return to_mr(m)->obj; }
 
 struct sr_mw {
 	struct ibv_mw ibmw;
@@ -288,7 +355,11 @@ int mr_reg_dm(struct sr_pd *pd, struct sr_dm *dm, uint64_t offset, size_t len,
 	      int access, struct sr_mr **out);
 int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	     size_t len, int access);
+/* Deregister the region @mr names; -EINVAL if that was done already
+ * through another holder, -EBUSY while a type 1 MW is bound to it. */
 int mr_dereg(struct sr_mr *mr);
+int mr_import(struct sr_pd *pd, uint32_t handle, struct sr_mr **out);
+void mr_unimport(struct sr_mr *mr);
 int mw_alloc(struct sr_pd *pd, enum ibv_mw_type type, struct sr_mw **out);
 int mw_dealloc(struct sr_mw *mw);
 /* Bind (type 1 through ibv_bind_mw, type 2 through a BIND_MW WQE). */

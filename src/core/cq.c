@@ -62,7 +62,7 @@ int cq_create_pd(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 	if (ch)
 		atomic_fetch_add(&ch->refs, 1);
 	if (pd)
-		atomic_fetch_add(&pd->refs, 1);
+		pd_get(pd);
 	atomic_fetch_add(&ctx->ncq, 1);
 	cq_init_ex_ops(cq);
 	*out = cq;
@@ -85,7 +85,7 @@ int cq_destroy(struct sr_cq *cq)
 	if (ch)
 		atomic_fetch_sub(&ch->refs, 1);
 	if (cq->pd)
-		atomic_fetch_sub(&cq->pd->refs, 1);
+		pd_put(cq->pd);
 	atomic_fetch_sub(&ctx->ncq, 1);
 	pthread_mutex_destroy(&cq->lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);

@@ -1,6 +1,9 @@
 /* Device contexts: what ibv_open_device returns, and the process-wide
  * registry that lets a QP number find its QP.
  *
+ * A context's PDs and MRs live in its object space (space.c), which
+ * ibv_import_device shares with a second context through cmd_fd.
+ *
  * Each context owns a listening TCP socket; its port is the high 16 bits of
  * every QPN the context hands out (QPN = port << 8 | slot, DESIGN.md
  * decision 4), so (GID, QPN) exchanged out of band is a full address.
@@ -59,20 +62,24 @@ err:
 	}
 }
 
-int ctx_open(struct sr_device *dev, struct sr_context **out)
+/* A context on @space (whose reference it takes over, even when it
+ * fails), named by @cmd_fd (which it owns once it succeeds). */
+static int ctx_open_on(struct sr_device *dev, struct sr_space *space, int cmd_fd,
+		       struct sr_context **out)
 {
 	struct sr_context *ctx;
 	long ncpu;
 	int ret;
 
 	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx)
-		return -ENOMEM;
+	if (!ctx) {
+		ret = -ENOMEM;
+		goto err_space;
+	}
 	ctx->listen_fd = -1;
+	ctx->space = space;
+	ctx->cmd_fd = cmd_fd;
 	pthread_mutex_init(&ctx->lock, NULL);
-	ret = keytab_init(&ctx->keys);
-	if (ret)
-		goto err_keys;
 	ret = evq_init(&ctx->async);
 	if (ret)
 		goto err_evq;
@@ -82,7 +89,8 @@ int ctx_open(struct sr_device *dev, struct sr_context **out)
 	ctx->owner = getpid();
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	ctx->vctx.context.device = &dev->ibdev;
-	ctx->vctx.context.cmd_fd = ctx->listen_fd;
+	/* ibv_import_device(3): a dup of cmd_fd opens the same objects. */
+	ctx->vctx.context.cmd_fd = cmd_fd;
 	ctx->vctx.context.async_fd = ctx->async.fd;
 	ctx->vctx.context.num_comp_vectors = ncpu > 0 ? (int)sr_min(ncpu, 64) : 1;
 	pthread_mutex_init(&ctx->vctx.context.mutex, NULL);
@@ -96,10 +104,36 @@ int ctx_open(struct sr_device *dev, struct sr_context **out)
 err_listen:
 	evq_destroy(&ctx->async);
 err_evq:
-	keytab_destroy(&ctx->keys);
-err_keys:
+	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
+err_space:
+	space_put(space);
 	return ret;
+}
+
+int ctx_open(struct sr_device *dev, struct sr_context **out)
+{
+	struct sr_space *space;
+	int ret, fd;
+
+	ret = space_create(&space, &fd);
+	if (ret)
+		return ret;
+	ret = ctx_open_on(dev, space, fd, out);
+	if (ret)
+		close(fd);
+	return ret;
+}
+
+int ctx_import(struct sr_device *dev, int cmd_fd, struct sr_context **out)
+{
+	struct sr_space *space;
+	int ret;
+
+	ret = space_find_fd(cmd_fd, &space);
+	if (ret)
+		return ret;
+	return ctx_open_on(dev, space, cmd_fd, out);
 }
 
 void ctx_close(struct sr_context *ctx)
@@ -114,8 +148,9 @@ void ctx_close(struct sr_context *ctx)
 	 * copy is exactly that, and shutdown() is never called. */
 	if (ctx->listen_fd >= 0)
 		close(ctx->listen_fd);
+	close(ctx->cmd_fd);
 	evq_destroy(&ctx->async);
-	keytab_destroy(&ctx->keys);
+	space_put(ctx->space);
 	pthread_mutex_destroy(&ctx->vctx.context.mutex);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);

@@ -15,11 +15,15 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A parent domain is an object of its own, not in the space's key table:
+ * it cannot be imported (ibv_import_pd names PDs only). */
 void pd_init(struct sr_pd *pd, struct ibv_context *context)
 {
 	pd->ibpd.context = context;
 	pd->ibpd.handle = sr_random32();
-	pd->prot = pd;
+	pd->obj = pd;
+	pd->space = to_ctx(context)->space;
+	sr_list_init(&pd->grave);
 }
 
 int pd_alloc_parent(struct sr_context *ctx, struct ibv_parent_domain_init_attr *attr,
@@ -53,29 +57,13 @@ int pd_alloc_parent(struct sr_context *ctx, struct ibv_parent_domain_init_attr *
 	}
 	if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
 		pd->pd_context = attr->pd_context;
-	atomic_fetch_add(&base->refs, 1);
+	pd_get(base);
 	if (pd->td)
 		atomic_fetch_add(&pd->td->refs, 1);
 	*out = pd;
 	return 0;
 }
 
-int pd_dealloc(struct sr_pd *pd)
-{
-	/* ibv_alloc_pd(3): fails if any other object still uses the PD
-	 * (parent domains built on it included). */
-	if (atomic_load(&pd->refs))
-		return -EBUSY;
-	if (pd_is_parent(pd)) {
-		atomic_fetch_sub(&pd->prot->refs, 1);
-		if (pd->td)
-			atomic_fetch_sub(&pd->td->refs, 1);
-	} else {
-		atomic_fetch_sub(&to_ctx(pd->ibpd.context)->npd, 1);
-	}
-	free(pd);
-	return 0;
-}
 
 int td_alloc(struct sr_context *ctx, struct ibv_td_init_attr *attr, struct sr_td **out)
 {

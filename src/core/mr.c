@@ -20,11 +20,6 @@
 		   IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING | \
 		   IBV_ACCESS_OPTIONAL_RANGE)
 
-static struct sr_context *pd_ctx(struct sr_pd *pd)
-{
-	return to_ctx(pd->ibpd.context);
-}
-
 /* ibv_reg_mr(3): remote write or remote atomic need local write. */
 static int access_ok(int access)
 {
@@ -50,27 +45,30 @@ static void mr_set_range(struct sr_mr *mr, void *addr, size_t len, uint64_t iova
  * peers can reach it. */
 static int mr_publish(struct sr_pd *pd, struct sr_mr *mr, struct sr_mr **out)
 {
-	struct sr_context *ctx = pd_ctx(pd);
+	struct sr_space *space = pd->space;
 	uint32_t key;
 	int ret;
 
-	if (atomic_load(&ctx->nmr) >= SR_MAX_MR) {
+	if (atomic_load(&space->nmr) >= SR_MAX_MR) {
 		free(mr);
 		return -ENOMEM;
 	}
+	mr->obj = mr;
+	mr->space = space;
+	sr_list_init(&mr->grave);
 	mr->pd = pd;
-	mr->ibmr.context = pd->ibpd.context;
-	mr->ibmr.pd = &pd->ibpd;
-	ret = keytab_insert_random(&ctx->keys, SR_KEY_MR, mr, &key);
+	ret = keytab_insert_random(&space->keys, SR_KEY_MR, mr, &key);
 	if (ret) {
 		free(mr);
 		return ret;
 	}
+	mr->ibmr.context = pd->ibpd.context;
+	mr->ibmr.pd = &pd->ibpd;
 	mr->ibmr.lkey = key;
 	mr->ibmr.rkey = key;
-	mr->ibmr.handle = key;
-	atomic_fetch_add(&pd->refs, 1);
-	atomic_fetch_add(&ctx->nmr, 1);
+	mr->ibmr.handle = key;		/* ibv_import_mr(3) finds it by this */
+	pd_get(pd);
+	atomic_fetch_add(&space->nmr, 1);
 	*out = mr;
 	return 0;
 }
@@ -81,6 +79,8 @@ int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
 	struct sr_mr *mr;
 	int ret;
 
+	if (pd->obj->dead)
+		return -EINVAL;		/* deallocated through another holder */
 	ret = access_ok(access);
 	if (ret)
 		return ret;
@@ -109,6 +109,8 @@ int mr_reg_dm(struct sr_pd *pd, struct sr_dm *dm, uint64_t offset, size_t len,
 	/* ibv_reg_dm_mr(3): DM regions are zero based, and lie inside the
 	 * DM. A zero length is a valid, empty region (the suite registers
 	 * one; mlx5 accepts it). */
+	if (pd->obj->dead)
+		return -EINVAL;		/* deallocated through another holder */
 	ret = access_ok(access);
 	if (ret)
 		return ret;
@@ -138,29 +140,104 @@ static void mr_wait_idle(atomic_int *users, int floor)
 		sched_yield();
 }
 
-int mr_dereg(struct sr_mr *mr)
+/* Keep a holder's memory until the space goes (see struct sr_space). */
+static void mr_bury(struct sr_mr *mr)
 {
-	struct sr_context *ctx = pd_ctx(mr->pd);
+	struct sr_space *s = mr->space;
 
+	pthread_mutex_lock(&s->lock);
+	if (!mr->buried) {
+		mr->buried = true;
+		sr_list_add_tail(&s->grave_mr, &mr->grave);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+int mr_dereg(struct sr_mr *holder)
+{
+	struct sr_mr *mr = holder->obj;
+	struct sr_space *s = mr->space;
+
+	/* ibv_import_mr(3): once one holder destroyed the region, the
+	 * others may only be unimported. */
+	if (mr->dead)
+		return -EINVAL;
 	/* A type 1 MW bound to it keeps it alive (ibv_dereg_mr(3): EBUSY). */
 	if (atomic_load(&mr->mw_binds))
 		return -EBUSY;
-	keytab_remove(&ctx->keys, mr->ibmr.lkey);
+	keytab_remove(&s->keys, mr->ibmr.lkey);
 	mr_wait_idle(&mr->users, 0);
 	if (mr->dm)
 		atomic_fetch_sub(&mr->dm->refs, 1);
-	atomic_fetch_sub(&mr->pd->refs, 1);
-	atomic_fetch_sub(&ctx->nmr, 1);
-	free(mr);
+	mr->dead = true;
+	pd_put(mr->pd);
+	atomic_fetch_sub(&s->nmr, 1);
+	/* An import that found the key before it went marked the region
+	 * shared under the table's lock, which keytab_remove took after. */
+	if (!atomic_load(&mr->shared)) {
+		free(mr);		/* never imported: holder == mr */
+		return 0;
+	}
+	mr_bury(holder);
+	mr_bury(mr);
 	return 0;
+}
+
+int mr_import(struct sr_pd *pd, uint32_t handle, struct sr_mr **out)
+{
+	struct sr_keytab *t = &pd->space->keys;
+	struct sr_keyent *e;
+	struct sr_mr *h, *mr;
+
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&t->lock);
+	e = keytab_find_locked(t, handle);
+	if (!e || e->kind != SR_KEY_MR || !e->obj) {
+		pthread_rwlock_unlock(&t->lock);
+		free(h);
+		return -EINVAL;
+	}
+	mr = e->obj;
+	atomic_store(&mr->shared, true);
+	h->ibmr.lkey = mr->ibmr.lkey;
+	h->ibmr.rkey = mr->ibmr.rkey;
+	h->ibmr.length = mr->ibmr.length;
+	pthread_rwlock_unlock(&t->lock);
+
+	/* The region keeps its own PD for access checks; the holder names
+	 * the importer's. ibv_import_mr(3): addr is not applicable, NULL. */
+	h->obj = mr;
+	h->space = pd->space;
+	sr_list_init(&h->grave);
+	h->ibmr.context = pd->ibpd.context;
+	h->ibmr.pd = &pd->ibpd;
+	h->ibmr.addr = NULL;
+	h->ibmr.handle = handle;
+	*out = h;
+	return 0;
+}
+
+void mr_unimport(struct sr_mr *holder)
+{
+	/* ibv_unimport_mr(3): the holder goes, the region stays (and, if
+	 * this was the last holder, lives until the space goes). */
+	atomic_store(&holder->obj->shared, true);
+	mr_bury(holder);
 }
 
 int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	     size_t len, int access)
 {
-	struct sr_context *ctx = pd_ctx(mr->pd);
+	struct sr_space *space = mr->space;
 	int ret;
 
+	/* pd means something only with CHANGE_PD (pyverbs passes garbage
+	 * without it). */
+	if (mr->dead || ((flags & IBV_REREG_MR_CHANGE_PD) &&
+			 (pd->obj->dead || pd->space != space)))
+		return -EINVAL;
 	if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
 		      IBV_REREG_MR_CHANGE_ACCESS))
 		return -EINVAL;
@@ -182,14 +259,14 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	/* Take the key out while the record changes, so no access sees a
 	 * half-updated region; then publish under a fresh key, as hardware
 	 * that reissues keys does. */
-	pthread_rwlock_wrlock(&ctx->keys.lock);
+	pthread_rwlock_wrlock(&space->keys.lock);
 	{
-		struct sr_keyent *e = keytab_find_locked(&ctx->keys, mr->ibmr.lkey);
+		struct sr_keyent *e = keytab_find_locked(&space->keys, mr->ibmr.lkey);
 
 		if (e)
 			e->obj = NULL;
 	}
-	pthread_rwlock_unlock(&ctx->keys.lock);
+	pthread_rwlock_unlock(&space->keys.lock);
 	mr_wait_idle(&mr->users, 0);
 
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
@@ -197,19 +274,19 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
 		mr->access = access;
 	if (flags & IBV_REREG_MR_CHANGE_PD) {
-		atomic_fetch_sub(&mr->pd->refs, 1);
+		pd_put(mr->pd);
 		mr->pd = pd;
 		mr->ibmr.pd = &pd->ibpd;
-		atomic_fetch_add(&pd->refs, 1);
+		pd_get(pd);
 	}
-	pthread_rwlock_wrlock(&ctx->keys.lock);
+	pthread_rwlock_wrlock(&space->keys.lock);
 	{
-		struct sr_keyent *e = keytab_find_locked(&ctx->keys, mr->ibmr.lkey);
+		struct sr_keyent *e = keytab_find_locked(&space->keys, mr->ibmr.lkey);
 
 		if (e)
 			e->obj = mr;
 	}
-	pthread_rwlock_unlock(&ctx->keys.lock);
+	pthread_rwlock_unlock(&space->keys.lock);
 	return 0;
 }
 
@@ -227,11 +304,12 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 	       uint64_t va, uint64_t len, int need, bool remote,
 	       struct sr_mref *out)
 {
+	struct sr_keytab *t = &ctx->space->keys;
 	struct sr_keyent *e;
 	int ret = -EACCES;
 
-	pthread_rwlock_rdlock(&ctx->keys.lock);
-	e = keytab_find_locked(&ctx->keys, key);
+	pthread_rwlock_rdlock(&t->lock);
+	e = keytab_find_locked(t, key);
 	if (!e || !e->obj)
 		goto out;
 	if (e->kind == SR_KEY_MR) {
@@ -272,7 +350,7 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 		ret = 0;
 	}
 out:
-	pthread_rwlock_unlock(&ctx->keys.lock);
+	pthread_rwlock_unlock(&t->lock);
 	(void)remote;
 	return ret;
 }
@@ -289,7 +367,7 @@ void mr_release(struct sr_mref *r)
 
 int mw_alloc(struct sr_pd *pd, enum ibv_mw_type type, struct sr_mw **out)
 {
-	struct sr_context *ctx = pd_ctx(pd);
+	struct sr_space *space = pd->space;
 	struct sr_mw *mw;
 	uint32_t key;
 	int ret;
@@ -300,7 +378,7 @@ int mw_alloc(struct sr_pd *pd, enum ibv_mw_type type, struct sr_mw **out)
 	if (!mw)
 		return -ENOMEM;
 	mw->pd = pd;
-	ret = keytab_insert_random(&ctx->keys, SR_KEY_MW, mw, &key);
+	ret = keytab_insert_random(&space->keys, SR_KEY_MW, mw, &key);
 	if (ret) {
 		free(mw);
 		return ret;
@@ -310,8 +388,8 @@ int mw_alloc(struct sr_pd *pd, enum ibv_mw_type type, struct sr_mw **out)
 	mw->ibmw.rkey = key;
 	mw->ibmw.handle = key;
 	mw->ibmw.type = type;
-	atomic_fetch_add(&pd->refs, 1);
-	atomic_fetch_add(&ctx->nmw, 1);
+	pd_get(pd);
+	atomic_fetch_add(&space->nmw, 1);
 	*out = mw;
 	return 0;
 }
@@ -328,12 +406,12 @@ static void mw_unbind(struct sr_mw *mw)
 
 int mw_dealloc(struct sr_mw *mw)
 {
-	struct sr_context *ctx = pd_ctx(mw->pd);
+	struct sr_space *space = mw->pd->space;
 
-	keytab_remove(&ctx->keys, mw->ibmw.rkey);
+	keytab_remove(&space->keys, mw->ibmw.rkey);
 	mw_unbind(mw);
-	atomic_fetch_sub(&mw->pd->refs, 1);
-	atomic_fetch_sub(&ctx->nmw, 1);
+	pd_put(mw->pd);
+	atomic_fetch_sub(&space->nmw, 1);
 	free(mw);
 	return 0;
 }
@@ -344,8 +422,8 @@ int mw_dealloc(struct sr_mw *mw)
 int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
 	    const struct ibv_mw_bind_info *bi)
 {
-	struct sr_context *ctx = pd_ctx(mw->pd);
-	struct sr_mr *mr = bi->mr ? to_mr(bi->mr) : NULL;
+	struct sr_keytab *t = &mw->pd->space->keys;
+	struct sr_mr *mr = bi->mr ? mr_obj(bi->mr) : NULL;
 	int access = (int)bi->mw_access_flags;
 	int ret = 0;
 
@@ -357,6 +435,8 @@ int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
 	if (mr) {
 		if (!(mr->access & IBV_ACCESS_MW_BIND))
 			return -EACCES;
+		if (mr->dead)
+			return -EINVAL;
 		if (!pd_same(mr->pd, mw->pd) || (qp && !pd_same(qp->pd, mw->pd)))
 			return -EACCES;
 		/* A window cannot grant what the region does not have, and
@@ -374,25 +454,25 @@ int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
 		if (mw->mr && mw->qp)
 			return -EINVAL;		/* still valid: invalidate first */
 	}
-	pthread_rwlock_wrlock(&ctx->keys.lock);
+	pthread_rwlock_wrlock(&t->lock);
 	if (mw->ibmw.type == IBV_MW_TYPE_2 && new_rkey != mw->ibmw.rkey) {
-		struct sr_keyent *e = keytab_find_locked(&ctx->keys, new_rkey);
+		struct sr_keyent *e = keytab_find_locked(t, new_rkey);
 
 		if (e) {
 			ret = -EINVAL;
 			goto unlock;
 		}
 		/* Rekey: drop the old entry; the new one is added below. */
-		keytab_remove_locked(&ctx->keys, mw->ibmw.rkey);
+		keytab_remove_locked(t, mw->ibmw.rkey);
 	}
-	pthread_rwlock_unlock(&ctx->keys.lock);
+	pthread_rwlock_unlock(&t->lock);
 	if (mw->ibmw.type == IBV_MW_TYPE_2 && new_rkey != mw->ibmw.rkey) {
-		ret = keytab_insert(&ctx->keys, new_rkey, SR_KEY_MW, mw);
+		ret = keytab_insert(t, new_rkey, SR_KEY_MW, mw);
 		if (ret)
 			return ret;
 		mw->ibmw.rkey = new_rkey;
 	}
-	pthread_rwlock_wrlock(&ctx->keys.lock);
+	pthread_rwlock_wrlock(&t->lock);
 	mw_unbind(mw);
 	if (mr && bi->length) {
 		mw->mr = mr;
@@ -403,17 +483,18 @@ int mw_bind(struct sr_qp *qp, struct sr_mw *mw, uint32_t new_rkey,
 		mw->qp = mw->ibmw.type == IBV_MW_TYPE_2 ? qp : NULL;
 	}
 unlock:
-	pthread_rwlock_unlock(&ctx->keys.lock);
+	pthread_rwlock_unlock(&t->lock);
 	return ret;
 }
 
 int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey)
 {
+	struct sr_keytab *t = &ctx->space->keys;
 	struct sr_keyent *e;
 	int ret = -EINVAL;
 
-	pthread_rwlock_wrlock(&ctx->keys.lock);
-	e = keytab_find_locked(&ctx->keys, rkey);
+	pthread_rwlock_wrlock(&t->lock);
+	e = keytab_find_locked(t, rkey);
 	if (e && e->kind == SR_KEY_MW) {
 		struct sr_mw *mw = e->obj;
 
@@ -424,6 +505,6 @@ int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey)
 			ret = 0;
 		}
 	}
-	pthread_rwlock_unlock(&ctx->keys.lock);
+	pthread_rwlock_unlock(&t->lock);
 	return ret;
 }

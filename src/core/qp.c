@@ -220,7 +220,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *ua, struct sr_
 	qp_init_wr_ops(qp);
 
 	if (qp->pd)
-		atomic_fetch_add(&qp->pd->refs, 1);
+		pd_get(qp->pd);
 	if (qp->scq)
 		atomic_fetch_add(&qp->scq->refs, 1);
 	if (qp->rcq)
@@ -306,7 +306,7 @@ int qp_destroy(struct sr_qp *qp)
 	}
 	raw_qp_fini(qp);
 	if (qp->pd)
-		atomic_fetch_sub(&qp->pd->refs, 1);
+		pd_put(qp->pd);
 	if (qp->rcq)
 		atomic_fetch_sub(&qp->rcq->refs, 1);
 	if (qp->srq)

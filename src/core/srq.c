@@ -87,7 +87,7 @@ int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq *
 	pthread_cond_init(&srq->ibsrq.cond, NULL);
 	/* Report what we gave (ibv_create_srq(3): at least what was asked). */
 	attr->attr.max_sge = srq->rq.max_sge;
-	atomic_fetch_add(&pd->refs, 1);
+	pd_get(pd);
 	atomic_fetch_add(&ctx->nsrq, 1);
 	*out = srq;
 	return 0;
@@ -123,7 +123,7 @@ int srq_destroy(struct sr_srq *srq)
 		atomic_fetch_sub(&srq->cq->refs, 1);
 	}
 	evq_remove_obj(&ctx->async, srq);
-	atomic_fetch_sub(&srq->pd->refs, 1);
+	pd_put(srq->pd);
 	atomic_fetch_sub(&ctx->nsrq, 1);
 	rq_free(&srq->rq);
 	pthread_mutex_destroy(&srq->lock);

@@ -58,7 +58,7 @@ int ah_create(struct sr_pd *pd, const struct ibv_ah_attr *attr, struct sr_ah **o
 	ah->ibah.context = pd->ibpd.context;
 	ah->ibah.pd = &pd->ibpd;
 	ah->ibah.handle = sr_random32();
-	atomic_fetch_add(&pd->refs, 1);
+	pd_get(pd);
 	atomic_fetch_add(&ctx->nah, 1);
 	*out = ah;
 	return 0;
@@ -66,7 +66,7 @@ int ah_create(struct sr_pd *pd, const struct ibv_ah_attr *attr, struct sr_ah **o
 
 void ah_destroy(struct sr_ah *ah)
 {
-	atomic_fetch_sub(&to_pd(ah->ibah.pd)->refs, 1);
+	pd_put(to_pd(ah->ibah.pd));
 	atomic_fetch_sub(&to_ctx(ah->ibah.context)->nah, 1);
 	free(ah);
 }

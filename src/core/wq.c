@@ -59,7 +59,7 @@ int wq_create(struct sr_context *ctx, struct ibv_wq_init_attr *a, struct sr_wq *
 	wq->ibwq.handle = wq->ibwq.wq_num;
 	wq->ibwq.state = IBV_WQS_RESET;
 	wq->ibwq.wq_type = IBV_WQT_RQ;
-	atomic_fetch_add(&wq->pd->refs, 1);
+	pd_get(wq->pd);
 	atomic_fetch_add(&wq->cq->refs, 1);
 	/* ibv_create_wq(3): the attributes come back as created */
 	a->max_sge = wq->rq.max_sge;
@@ -75,7 +75,7 @@ int wq_destroy(struct sr_wq *wq)
 	/* its completions stay in the CQ, as a QP's do */
 	rq_free(&wq->rq);
 	pthread_mutex_unlock(&wq->lock);
-	atomic_fetch_sub(&wq->pd->refs, 1);
+	pd_put(wq->pd);
 	atomic_fetch_sub(&wq->cq->refs, 1);
 	pthread_mutex_destroy(&wq->lock);
 	free(wq);

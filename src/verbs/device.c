@@ -67,11 +67,21 @@ SR_EXPORT int ibv_close_device(struct ibv_context *context)
 	return 0;
 }
 
-/* ibv_import_device(3): needs a kernel object behind cmd_fd to share. */
+/* ibv_import_device(3): a second context on the objects of the one whose
+ * cmd_fd was dup'ed; it owns cmd_fd and ibv_close_device closes it. From
+ * another process: EOPNOTSUPP (core/space.c says why). */
 SR_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	struct sr_context *ctx;
+	int ret;
+
+	ret = ctx_import(dev_get(), cmd_fd, &ctx);
+	if (ret) {
+		errno = -ret;
+		return NULL;
+	}
+	verbs_init_ops(ctx);
+	return &ctx->vctx.context;
 }
 
 SR_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)

@@ -116,7 +116,7 @@ static int op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *
 	};
 	struct ibv_send_wr *bad;
 
-	if (b->bind_info.mr && !(to_mr(b->bind_info.mr)->access & IBV_ACCESS_MW_BIND))
+	if (b->bind_info.mr && !(mr_obj(b->bind_info.mr)->access & IBV_ACCESS_MW_BIND))
 		return EINVAL;
 	return sr_err(qp_post_send(to_qp(qp), &wr, &bad));
 }

@@ -12,20 +12,12 @@
 
 SR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
-	struct sr_context *ctx = to_ctx(context);
 	struct sr_pd *pd;
+	int ret;
 
-	if (atomic_load(&ctx->npd) >= SR_MAX_PD) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	pd = calloc(1, sizeof(*pd));
-	if (!pd) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	pd_init(pd, context);
-	atomic_fetch_add(&ctx->npd, 1);
+	ret = pd_alloc(to_ctx(context), &pd);
+	if (ret)
+		SR_FAIL_NULL(ret);
 	return &pd->ibpd;
 }
 
@@ -35,14 +27,27 @@ SR_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	return sr_err(pd_dealloc(to_pd(ibpd)));
 }
 
+/* ibv_import_pd(3): another holder of a PD of the context's space, by
+ * handle: same handle, same protection domain for every access check. */
 SR_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	struct sr_pd *pd;
+	int ret;
+
+	if (!context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ret = pd_import(to_ctx(context), pd_handle, &pd);
+	if (ret)
+		SR_FAIL_NULL(ret);
+	return &pd->ibpd;
 }
 
 SR_EXPORT void ibv_unimport_pd(struct ibv_pd *pd)
 {
+	if (pd)
+		pd_unimport(to_pd(pd));
 }
 
 /* ---- MR ----------------------------------------------------------------- */
@@ -91,10 +96,20 @@ SR_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 
 	if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)
 		return IBV_REREG_MR_ERR_INPUT;
-	ret = mr_rereg(to_mr(mr), flags, pd ? to_pd(pd) : NULL, addr, length, access);
+	ret = mr_rereg(mr_obj(mr), flags, pd ? to_pd(pd) : NULL, addr, length, access);
 	if (ret) {
 		errno = -ret;
 		return ret == -EBUSY ? IBV_REREG_MR_ERR_DONT_FORK_NEW : IBV_REREG_MR_ERR_INPUT;
+	}
+	/* Through an imported holder: the region changed; the holder the
+	 * program passed shows it too, as rdma-core updates the ibv_mr. */
+	if (to_mr(mr) != mr_obj(mr)) {
+		if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+			mr->addr = addr;
+			mr->length = length;
+		}
+		if (flags & IBV_REREG_MR_CHANGE_PD)
+			mr->pd = pd;
 	}
 	return 0;
 }
@@ -104,14 +119,27 @@ SR_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	return sr_err(mr_dereg(to_mr(mr)));
 }
 
+/* ibv_import_mr(3): another holder of a region of the PD's space, by
+ * handle; its lkey and rkey are the region's, its addr NULL. */
 SR_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	struct sr_mr *mr;
+	int ret;
+
+	if (!pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ret = mr_import(to_pd(pd), mr_handle, &mr);
+	if (ret)
+		SR_FAIL_NULL(ret);
+	return &mr->ibmr;
 }
 
 SR_EXPORT void ibv_unimport_mr(struct ibv_mr *mr)
 {
+	if (mr)
+		mr_unimport(to_mr(mr));
 }
 
 /* ---- completion channels and CQs ---------------------------------------- */
