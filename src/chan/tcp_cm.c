@@ -130,6 +130,7 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	tc->events = EPOLLIN;
 	if (tc->tx_gate)
 		progress_timer_arm(t->pg, &tc->timer, TX_GATE_NS);
+	shm_offer_locked(tc, !p->responder);
 	tcp_flush_locked(tc);
 	pthread_mutex_unlock(&tc->lock);
 
