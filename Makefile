@@ -100,6 +100,7 @@ demo: build
 # Side-by-side benchmarks (bench/README.md): never part of make test.
 bench: build
 	bench/run.sh
+	bench/shm.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD) build-fuzz

@@ -68,7 +68,9 @@ int chan_inproc_connect(struct sr_qp *a, struct sr_qp *b);
 /* TCP channel (chan/tcp.c): QP connected by hand to a peer in another
  * process or on another host. Decides who dials from (QPN, GID), attaches
  * a channel to the QP at once (work posted meanwhile waits in it) and
- * brings the stream up in the background. Caller holds no QP lock. */
+ * brings the stream up in the background. Between two softrnic processes
+ * of one host the stream's bytes then move to shared memory (chan/shm.h),
+ * behind the same ops. Caller holds no QP lock. */
 int chan_tcp_connect(struct sr_qp *qp);
 /* A QP changed state: streams accepted for it may now be matched. */
 void chan_tcp_qp_ready(struct sr_context *ctx);

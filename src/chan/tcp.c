@@ -143,6 +143,7 @@ struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
 	tc->tctx = t;
 	tc->pl.fd = fd;
 	tc->pl.on_event = tcp_on_event;
+	tc->epl.fd = -1;
 	tc->timer.fire = tcp_on_timer;
 	pthread_mutex_init(&tc->lock, NULL);
 	pthread_mutex_init(&tc->rx_lock, NULL);
@@ -184,6 +185,7 @@ static void tcp_free(struct sr_chan *ch)
 	free(tc->rd_out);
 	free(tc->rsp);
 	free(tc->rbuf);
+	shm_free(tc);
 	pthread_mutex_destroy(&tc->lock);
 	pthread_mutex_destroy(&tc->rx_lock);
 	free(tc);
@@ -246,6 +248,7 @@ void tcp_shut(struct tcp_chan *tc)
 		pthread_mutex_unlock(&tc->lock);
 		close(fd);
 	}
+	shm_shut(tc);
 	tcp_release_dead(tc);
 }
 
@@ -326,6 +329,13 @@ void tcp_drain_locked(struct tcp_chan *tc)
 		    (sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail))
 			break;
 		now = progress_now_ns();
+		if (tc->shm_tx) {
+			/* a full ring: the peer's reader frees it */
+			if (now >= until || shm_broken(tc))
+				break;
+			usleep(100);
+			continue;
+		}
 		if (now >= until || poll(&pfd, 1, (int)((until - now) / 1000000) + 1) <= 0 ||
 		    (pfd.revents & (POLLERR | POLLHUP)))
 			break;
@@ -410,6 +420,26 @@ static const struct sr_chan_ops tcp_ops = {
 	.free = tcp_free,
 };
 
+/* A stream on shm had a socket event: has the socket ended? EPOLLIN may
+ * be stale (raised for the bytes of the switch message, read since by
+ * another thread), so it counts only if the socket says so. */
+static bool shm_socket_ended(struct tcp_chan *tc, uint32_t events)
+{
+	uint8_t b;
+	ssize_t n;
+
+	if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+		return true;
+	if (!(events & EPOLLIN))
+		return false;
+	n = recv(tc->pl.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+		want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
+		return false;
+	}
+	return true;	/* the end, an error, or bytes after the switch */
+}
+
 static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 {
 	struct tcp_chan *tc = container_of(p, struct tcp_chan, pl);
@@ -423,6 +453,21 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 		tcp_setup_event_locked(tc, events);	/* tcp_setup.c; unlocks */
 		return;
 	case TS_UP:
+		if (tc->shm_rx && shm_socket_ended(tc, events)) {
+			/* The peer writes to the ring: the socket can only
+			 * end. Take in what the ring holds, then end. */
+			bool paused = tc->rx_paused;
+
+			atomic_store_explicit(&tc->shm_eof, true, memory_order_release);
+			tc->poll_owned = false;
+			want(tc, tc->events & EPOLLOUT);
+			pthread_mutex_unlock(&tc->lock);
+			if (paused)
+				tcp_fail(tc, "peer closed the stream while it was held back");
+			else
+				tcp_rx(tc);
+			return;
+		}
 		if (events & EPOLLOUT)
 			tcp_flush_locked(tc);
 		if ((events & EPOLLIN) && !(events & (EPOLLHUP | EPOLLERR)) && poller_active(tc)) {
@@ -460,6 +505,38 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 	pthread_mutex_unlock(&tc->lock);
 }
 
+/* Our eventfd (shm.h): the peer wrote to a ring we sleep on, made room
+ * in one we wait to write to, or we woke ourselves. */
+void tcp_shm_event(struct sr_pollable *p, uint32_t events)
+{
+	struct tcp_chan *tc = container_of(p, struct tcp_chan, epl);
+	uint64_t v;
+	bool rx;
+
+	(void)events;
+	if (read(p->fd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: another read took it; nothing is lost */
+	}
+	pthread_mutex_lock(&tc->lock);
+	if (tc->state != TS_UP || tc->closed) {
+		pthread_mutex_unlock(&tc->lock);
+		return;
+	}
+	tcp_flush_locked(tc);
+	if (tc->shm_rx && !tc->poll_owned && poller_active(tc)) {
+		/* a program thread polls this QP's CQ: leave the ring to it
+		 * (it asks for no wakeups) until it stops */
+		tc->poll_owned = true;
+		progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_CHECK_NS);
+	}
+	rx = !tc->poll_owned || shm_broken(tc);
+	pthread_mutex_unlock(&tc->lock);
+	if (tc->nfaults || tc->tx_written)
+		tcp_tx_faults(tc);
+	if (rx)
+		tcp_rx(tc);
+}
+
 /* A stream the poller owns: still polled? If not, watch it again (what
  * waits in the socket is then announced at once). Either way, an ACK the
  * poller left owed goes now. tc->lock held. */
@@ -470,6 +547,8 @@ static void poll_check_locked(struct tcp_chan *tc)
 	} else {
 		tc->poll_owned = false;
 		want(tc, tc->events | rx_events(tc));
+		if (tc->shm_rx)
+			shm_self_wake(tc);	/* a pass that asks for wakeups */
 	}
 	if (tc->ack_pending)
 		tcp_flush_locked(tc);

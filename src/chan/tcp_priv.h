@@ -4,6 +4,7 @@
 #define SOFTRNIC_TCP_PRIV_H
 
 #include "chan/chan.h"
+#include "chan/shm.h"
 #include "core/qp.h"
 #include "progress/progress.h"
 #include "wire/iwarp.h"
@@ -58,6 +59,7 @@ struct tx_fpdu {
 	int niov;
 	struct sr_msg *msg;		/* the message it is part of */
 	struct sr_msg *done;		/* free once this FPDU is written */
+	bool sw;			/* our last FPDU on TCP (shm.h) */
 };
 
 /* What an inbound READ or atomic request needs for its response. */
@@ -185,6 +187,18 @@ struct tcp_chan {
 	uint64_t as_to;			/* where its next segment must go */
 	struct rx_direct dr;		/* segment being placed directly */
 	struct rx_send sd;		/* SEND being placed directly */
+	bool rx_poller;			/* a poller's pass (rx_lock) */
+
+	/* The same-host channel (shm.c): the rings, once offered or
+	 * accepted; each direction moves at one point of its stream. */
+	struct shm_link *shm;
+	bool shm_tx;			/* we write to the ring (tc->lock) */
+	bool shm_sw_pending;		/* the switch FPDU is not written yet */
+	bool shm_rx;			/* we read from the ring (set under both
+					 * locks: either one reads it) */
+	bool shm_pull_ok;		/* the peer pulls our large payloads */
+	_Atomic bool shm_eof;		/* the socket ended: drain, then end */
+	struct sr_pollable epl;		/* our eventfd */
 };
 
 static inline struct tcp_chan *to_tc(struct sr_chan *ch)
@@ -214,8 +228,12 @@ void tcp_setup_timer_locked(struct tcp_chan *tc);
  * peer that closes is still noticed. */
 static inline uint32_t rx_events(const struct tcp_chan *tc)
 {
-	return tc->rx_paused || tc->poll_owned ? EPOLLRDHUP : EPOLLIN;
+	/* (once the peer writes to the ring, the socket only says when it
+	 * ends) */
+	return tc->rx_paused || tc->poll_owned || tc->shm_rx ? EPOLLRDHUP : EPOLLIN;
 }
+/* The eventfd of a stream on shm (tcp.c): data or room in a ring. */
+void tcp_shm_event(struct sr_pollable *p, uint32_t events);
 
 struct sr_tcp_ctx *tcp_ctx_get(struct sr_context *ctx);
 /* A new stream on fd (-1: none yet), listed in t->streams (one ref). */

@@ -10,6 +10,26 @@
 
 /* ---- receive ------------------------------------------------------------- */
 
+/* The stream's bytes come from the socket, or from the ring once the peer
+ * moved there (shm.h): same conventions as recv and readv. */
+static ssize_t io_recv(struct tcp_chan *tc, void *buf, size_t len)
+{
+	if (tc->shm_rx) {
+		struct iovec v = { buf, len };
+
+		return shm_recv(tc, &v, 1, false);
+	}
+	return recv(tc->pl.fd, buf, len, MSG_DONTWAIT);
+}
+
+/* iov: the application's memory */
+static ssize_t io_readv(struct tcp_chan *tc, const struct iovec *iov, int n)
+{
+	if (tc->shm_rx)
+		return shm_recv(tc, iov, n, true);
+	return readv(tc->pl.fd, iov, n);
+}
+
 struct rx_out {
 	struct sr_msg *m[64];
 	int n;
@@ -294,6 +314,8 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 			tc->peer_bye = true;
 			break;
 		}
+		if (h.mo >= SR_ST_SHM_SWITCH && h.mo <= SR_ST_SHM_OFFER)
+			return shm_ctl(tc, (uint8_t)h.mo, body, blen) ? -EBADMSG : 0;
 		/* fall through */
 	case SR_EXT_RNR:
 		m = as_start(h.opcode == SR_EXT_ACK ? SR_MSG_ACK : SR_MSG_RNR);
@@ -541,7 +563,7 @@ static int direct_step(struct tcp_chan *tc, struct rx_out *out)
 
 	if (d->remaining) {
 		if (d->failed) {
-			n = recv(tc->pl.fd, tc->rbuf, sr_min(d->remaining, (size_t)RX_BUF), MSG_DONTWAIT);
+			n = io_recv(tc, tc->rbuf, sr_min(d->remaining, (size_t)RX_BUF));
 		} else {
 			struct iovec iov[SR_MAX_SGE];
 			int k = 0;
@@ -549,7 +571,7 @@ static int direct_step(struct tcp_chan *tc, struct rx_out *out)
 			for (int i = 0; i < d->niov; i++)
 				if (d->iov[i].iov_len)
 					iov[k++] = d->iov[i];
-			n = readv(tc->pl.fd, iov, k);
+			n = io_readv(tc, iov, k);
 			if (n < 0 && errno == EFAULT) {
 				/* the target went away under us: drain, fail */
 				d->failed = true;
@@ -571,7 +593,7 @@ static int direct_step(struct tcp_chan *tc, struct rx_out *out)
 	} else {
 		uint8_t trl[MPA_TRAILER_MAX];
 
-		n = recv(tc->pl.fd, trl, d->trailer, MSG_DONTWAIT);
+		n = io_recv(tc, trl, d->trailer);
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0)
@@ -664,6 +686,9 @@ static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 			}
 		}
 staged:
+		/* (rbuf_front may have moved the FPDU to the start) */
+		p = tc->rbuf + off;
+		avail = tc->rlen - off;
 		n = mpa_fpdu_decode(p, avail, tc->crc, &f);
 		if (n == -EAGAIN)
 			break;
@@ -716,6 +741,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 	pthread_mutex_lock(&tc->lock);
 	owed_before = tc->ack_pending;
 	pthread_mutex_unlock(&tc->lock);
+	tc->rx_poller = poller;
 
 	for (;;) {
 		struct rx_out out = { .n = 0 };
@@ -742,13 +768,25 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			return NULL;
 		}
 
-		if (tc->dr.active) {
+		/* On shm, bytes already here go first: a header that came
+		 * behind a message delivered last round starts its direct
+		 * placement before the next read, which would otherwise pull
+		 * the payload into rbuf rather than into its target. */
+		if (tc->shm_rx && !tc->dr.active && tc->rlen) {
+			bool was = tc->dr.active;
+
+			perr = rx_parse(tc, qp, &out);
+			progress = tc->dr.active != was;
+		}
+		if (perr) {
+			/* (ends the stream below) */
+		} else if (tc->dr.active) {
 			derr = direct_step(tc, &out);
-			progress = derr > 0;
+			progress |= derr > 0;
 			if (derr < 0)
 				eof = true;
 		} else if (tc->rlen < RX_BUF) {
-			n = recv(tc->pl.fd, tc->rbuf + tc->rlen, RX_BUF - tc->rlen, MSG_DONTWAIT);
+			n = io_recv(tc, tc->rbuf + tc->rlen, RX_BUF - tc->rlen);
 			if (n > 0) {
 				tc->rlen += (size_t)n;
 				progress = true;
@@ -761,11 +799,20 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				eof = true;
 			}
 		}
-		if (!tc->dr.active)
+		if (!tc->dr.active && !perr)
 			perr = rx_parse(tc, qp, &out);
 		if (out.n)
 			progress = true;
 
+		if (out.n && tc->shm_rx) {
+			/* a payload of ours the peer found gone fails its WQE
+			 * before the peer's answer to it settles it */
+			pthread_mutex_lock(&tc->lock);
+			shm_faults_locked(tc);
+			pthread_mutex_unlock(&tc->lock);
+			if (tc->nfaults)
+				tcp_tx_faults(tc);
+		}
 		for (int i = 0; i < out.n; i++)
 			if (!qp_rx(qp, out.m[i]))
 				msg_free(out.m[i]);
@@ -798,7 +845,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		if (eof || !progress || out.n == (int)ARRAY_SIZE(out.m) || ++rounds % 16 == 0)
 			tcp_kick_now(tc);
 		if (eof)
-			return "peer closed the stream";
+			return shm_broken(tc) ? shm_broken(tc) : "peer closed the stream";
 		if (!progress)
 			return NULL;
 	}

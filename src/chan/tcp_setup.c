@@ -111,6 +111,7 @@ static void tcp_up_locked(struct tcp_chan *tc)
 	set_state(tc, TS_UP);
 	progress_timer_cancel(tc->tctx->pg, &tc->timer);
 	want(tc, EPOLLIN);
+	shm_offer_locked(tc, tc->dialer);
 	tcp_flush_locked(tc);
 }
 

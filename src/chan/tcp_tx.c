@@ -2,6 +2,7 @@
  * from the posting thread when the socket takes them, else from the
  * progress thread on EPOLLOUT. */
 #include "chan/tcp_priv.h"
+#include "chan/shm_ring.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -125,6 +126,8 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 	uint32_t chunk = 0, crc = 0;
 	ssize_t hl;
 
+	s->sw = false;
+
 	switch (m->op) {
 	case SR_MSG_SEND:
 		h.qn = DDP_QN_SEND;
@@ -216,6 +219,16 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 	case SR_MSG_TERMINATE:
 	case SR_MSG_ACK:
 	case SR_MSG_RNR:
+		if (m->op == SR_MSG_ACK && m->status >= SR_ST_SHM_SWITCH &&
+		    m->status <= SR_ST_SHM_OFFER) {
+			/* the same-host switch (shm.h): a body, no answer */
+			h.opcode = SR_EXT_ACK;
+			h.qn = SR_EXT_QN;
+			h.mo = m->status;
+			chunk = m->len;
+			s->sw = m->status == SR_ST_SHM_ACCEPT || m->status == SR_ST_SHM_SWITCH;
+			break;
+		}
 		if (m->op == SR_MSG_TERMINATE || !tc->ext) {
 			struct rdmap_term t = { 0 };
 
@@ -364,6 +377,31 @@ void tcp_tx_faults(struct tcp_chan *tc)
 	qp_put(qp);
 }
 
+/* May the peer pull this message's payload from our memory after we
+ * wrote it (shm.h)? Only if the message settles when the peer answers
+ * it, which it does after the pull: a SEND or WRITE whose WQE completes
+ * on the peer's ACK, or a READ response. */
+static bool settles_on_answer(const struct tcp_chan *tc, const struct sr_msg *m)
+{
+	if (!m || !m->src)
+		return false;
+	if (m->op == SR_MSG_READ_RESP)
+		return true;
+	return (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE) && tc->ch.acks && tc->rc &&
+	       !(m->flags & SR_MSGF_DONE_ON_TX);
+}
+
+/* How the ring takes piece k of slot s (shm_ring_write's kinds). */
+static uint8_t piece_kind(const struct tcp_chan *tc, const struct tx_fpdu *s, int k)
+{
+	if (k == 0 || k == s->niov - 1 || !s->msg || !s->msg->src)
+		return SHM_OWN;
+	if (settles_on_answer(tc, s->msg) &&
+	    shm_pullable(tc, s->iov[k].iov_base, s->iov[k].iov_len))
+		return SHM_PULL;
+	return SHM_APP;
+}
+
 /* Write what we can. Caller holds tc->lock; state is UP. */
 void tcp_flush_locked(struct tcp_chan *tc)
 {
@@ -371,12 +409,16 @@ void tcp_flush_locked(struct tcp_chan *tc)
 		return;		/* tcp_rx opens it at the first byte in */
 	for (;;) {
 		struct iovec iov[TX_SLOTS * (2 + SR_MSG_SRC_MAX)];
+		uint8_t kinds[TX_SLOTS * (2 + SR_MSG_SRC_MAX)];
+		uint32_t msns[TX_SLOTS * (2 + SR_MSG_SRC_MAX)];
 		int n = 0;
 		ssize_t w;
 
 		if (sr_list_empty(&tc->txq) && !tc->cur)
 			ack_flush_locked(tc);
-		while (tc->slot_tail - tc->slot_head < TX_SLOTS) {
+		/* Nothing is encoded behind our last FPDU on TCP until it is
+		 * written: what follows it goes to the ring. */
+		while (tc->slot_tail - tc->slot_head < TX_SLOTS && !tc->shm_sw_pending) {
 			if (!tc->cur) {
 				if (sr_list_empty(&tc->txq))
 					break;
@@ -389,6 +431,8 @@ void tcp_flush_locked(struct tcp_chan *tc)
 				tc->cur = NULL;
 				continue;
 			}
+			if (tc->slot[tc->slot_tail % TX_SLOTS].sw)
+				tc->shm_sw_pending = true;
 			tc->slot_tail++;
 		}
 		if (tc->slot_head == tc->slot_tail) {
@@ -399,11 +443,21 @@ void tcp_flush_locked(struct tcp_chan *tc)
 		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++) {
 			struct tx_fpdu *s = &tc->slot[i % TX_SLOTS];
 
-			for (int k = 0; k < s->niov; k++)
-				if (s->iov[k].iov_len)
-					iov[n++] = s->iov[k];
+			for (int k = 0; k < s->niov; k++) {
+				if (!s->iov[k].iov_len)
+					continue;
+				if (tc->shm_tx) {
+					kinds[n] = piece_kind(tc, s, k);
+					msns[n] = s->msg && (s->msg->op == SR_MSG_SEND ||
+							     s->msg->op == SR_MSG_WRITE)
+						  ? s->msg->msn : SHM_NO_MSN;
+				}
+				iov[n++] = s->iov[k];
+			}
 		}
-		{
+		if (tc->shm_tx) {
+			w = shm_send(tc, iov, kinds, msns, n);
+		} else {
 			/* sendmsg, not writev: MSG_NOSIGNAL, or a peer that
 			 * went away would kill the program with SIGPIPE. */
 			struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
@@ -415,7 +469,8 @@ void tcp_flush_locked(struct tcp_chan *tc)
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
+			/* (a full ring wakes us through the eventfd) */
+			if ((errno == EAGAIN || errno == EWOULDBLOCK) && !tc->shm_tx)
 				want(tc, rx_events(tc) | EPOLLOUT);
 			/* other errors: the read side sees the loss */
 			return;
@@ -435,6 +490,15 @@ void tcp_flush_locked(struct tcp_chan *tc)
 				whole &= s->iov[k].iov_len == 0;
 			if (!whole)
 				break;
+			atomic_fetch_add_explicit(tc->shm_tx ? &chan_stats.shm_fpdus
+							     : &chan_stats.tcp_fpdus, 1,
+						  memory_order_relaxed);
+			if (s->sw) {
+				/* our last bytes on TCP: the rest goes to the ring */
+				s->sw = false;
+				tc->shm_tx = true;
+				tc->shm_sw_pending = false;
+			}
 			/* Only our own requests have a WQE to fail (a READ
 			 * response read from unmapped memory went as zeros:
 			 * docs/COMPAT.md). */

@@ -71,6 +71,12 @@ enum sr_status {
 	SR_ST_FATAL,		/* stream lost */
 	SR_ST_BYE = 0xff,	/* ACK status on the wire only: the peer QP is
 				 * being destroyed in an orderly way */
+	/* ACK statuses on the wire only, with a body: the same-host
+	 * channel's switch (chan/shm.h) */
+	SR_ST_SHM_OFFER = 0xfe,
+	SR_ST_SHM_ACCEPT = 0xfd,
+	SR_ST_SHM_REFUSE = 0xfc,
+	SR_ST_SHM_SWITCH = 0xfb,
 };
 
 /* A TERMINATE that cannot name its request is about the oldest one. */

@@ -16,9 +16,11 @@ fi
 
 # rows FILE COL: print how many result rows ("#bytes #iterations numbers...")
 # FILE has; fail (status 1) unless there is one at least and the figure of
-# merit in column COL of each (BW average for *_bw: 4, t_typical for *_lat: 5)
-# is > 0. (perftest prints its standard deviation as -nan when one sample
-# dwarfs the rest: that column is not checked.)
+# merit in column COL of each (MsgRate for *_bw, t_typical for *_lat: 5)
+# is > 0 (for *_bw the message rate, column 5: the BW average is printed
+# with two decimals, so 2-byte messages on a loaded machine read 0.00 MB/s).
+# (perftest prints its standard deviation as -nan when one sample dwarfs
+# the rest: that column is not checked.)
 rows() {
 	awk -v col="$2" '
 		/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+([[:space:]]+([0-9]+\.[0-9]+|-?nan|-?inf))+[[:space:]]*$/ {
@@ -38,10 +40,7 @@ pair() {
 		fail "$name: not run, the script's time budget (${BUDGET}s) is spent"
 		return
 	fi
-	case $prog in
-	*_bw) col=4 ;;
-	*) col=5 ;;
-	esac
+	col=5		# *_bw: MsgRate; *_lat: t_typical
 	# perftest prints the table on the server too, except for the
 	# latency tests where the server only answers (read, atomic).
 	case $prog in
@@ -62,7 +61,7 @@ pair() {
 	if ((ok)); then
 		printf 'ok: %-16s %-42s %6d ms  %s\n' "$name" "$prog $*" \
 			$((($(date +%s%N) - t0) / 1000000)) \
-			"$(awk -v col="$col" '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+([[:space:]]+([0-9]+\.[0-9]+|-?nan|-?inf))+[[:space:]]*$/ { r = $1 " B: " $col } END { print r }' "$tmp/$name.cli")$( [[ $col == 4 ]] && echo ' MB/s' || echo ' usec')"
+			"$(awk -v col="$([[ $prog == *_bw ]] && echo 4 || echo 5)" '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+([[:space:]]+([0-9]+\.[0-9]+|-?nan|-?inf))+[[:space:]]*$/ { r = $1 " B: " $col } END { print r }' "$tmp/$name.cli")$( [[ $prog == *_bw ]] && echo ' MB/s' || echo ' usec')"
 	else
 		show server "$tmp/$name.srv"
 		show client "$tmp/$name.cli"

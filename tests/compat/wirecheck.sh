@@ -8,6 +8,10 @@
 # Runs in a network namespace of its own, so the capture holds nothing else.
 # Needs root (namespace, capture) and tshark. Usage: wirecheck.sh BUILD_DIR.
 set -u
+# The frames must be on the wire to be captured: two softrnic processes of
+# one host would otherwise move them to shared memory (DESIGN.md decision
+# 20) after the first few.
+export SOFTRNIC_SHM=0
 build=$(cd "${1:?build dir}" && pwd)
 ns=srwire$$
 run="ip netns exec $ns $build/bin/softrnic run --"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the wire fuzzers with clang and run them for SECONDS (default 20)
-# in all, after 3 s of the datagram CM's decoder (tests/fuzz/fuzz_sidr.c) and
-# 3 s of the Ethernet frame parser (tests/fuzz/fuzz_eth.c): the UD datagram decoder (tests/fuzz/fuzz_ud.c) for a quarter of
+# in all, after 3 s of the datagram CM's decoder (tests/fuzz/fuzz_sidr.c),
+# 3 s of the Ethernet frame parser (tests/fuzz/fuzz_eth.c) and 3 s of the
+# same-host rings (tests/fuzz/fuzz_shm_ring.c): the UD datagram decoder (tests/fuzz/fuzz_ud.c) for a quarter of
 # the time (at least 5 s), then the iWARP decoders (tests/fuzz/fuzz_wire.c)
 # for the rest, each from a small seed corpus that this script writes.
 #
@@ -22,7 +23,7 @@ dict=$build/fuzz-wire.dict
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DSOFTRNIC_FUZZ=ON \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire fuzz_ud fuzz_sidr fuzz_eth
+cmake --build "$build" -j"${JOBS:-2}" --target fuzz_wire fuzz_ud fuzz_sidr fuzz_eth fuzz_shm_ring
 
 # The datagram CM's request and reply (src/cm/cm_sidr.h): 3 s.
 sidr_corpus=$build/fuzz-corpus/sidr
@@ -44,6 +45,15 @@ printf '\x33\x33\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x86\xdd\x60\x00\x00\x00
 	>"$eth_corpus/seed-v6-tcp"
 "$build/bin/fuzz_eth" -max_total_time=3 -max_len=4200 -timeout=10 \
 	-print_final_stats=1 -artifact_prefix="$artifacts/" "$eth_corpus"
+
+# The same-host channel's rings (src/chan/shm_ring.h), a peer's hostile
+# indices and records: 3 s. Seed: tail 16, head 0, an 8-byte inline record.
+shm_corpus=$build/fuzz-corpus/shm_ring
+mkdir -p "$shm_corpus"
+printf '\x10\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x20\x00\x00\x00\x00\x00\x08\x00\x00\x00abcdefgh' \
+	>"$shm_corpus/seed-inline"
+"$build/bin/fuzz_shm_ring" -max_total_time=3 -max_len=1100 -timeout=10 \
+	-print_final_stats=1 -artifact_prefix="$artifacts/" "$shm_corpus"
 
 # UD: a SEND with immediate and a plain SEND (wire/ud.h), and a GRH area.
 ud_secs=$((secs / 4 > 5 ? secs / 4 : 5))

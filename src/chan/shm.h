@@ -1,0 +1,75 @@
+/* The same-host channel (DESIGN.md decision 23): once a stream between
+ * two softrnic processes on one host is UP, its bytes move to two rings
+ * in a shared memfd, and large WRITE, SEND and READ response payloads are
+ * pulled by the receiver with process_vm_readv, straight from the
+ * sender's registered memory into its own, after its own checks. The TCP
+ * socket stays open as the control and liveness path.
+ *
+ * The switch, over the stream (softrnic ACK messages with a status only
+ * this file uses, and a body):
+ *   offerer (the dialer, or the CM's active side)  ->  OFFER
+ *   accepter: checks, maps, answers ACCEPT (its last bytes on TCP) or
+ *             REFUSE (and both stay on TCP)
+ *   offerer: reads from the ring after ACCEPT; sends SWITCH (its last
+ *            bytes on TCP)
+ *   accepter: reads from the ring after SWITCH.
+ * So each direction moves at one point of its byte stream, and everything
+ * sent before that point is read before anything from the ring.
+ *
+ * Private to the TCP channel: called with the locks tcp_priv.h names.
+ */
+#ifndef SOFTRNIC_SHM_H
+#define SOFTRNIC_SHM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct tcp_chan;
+
+/* What the channels carried, for SOFTRNIC_STATS=1 (printed at exit). */
+struct chan_stats {
+	_Atomic uint64_t tcp_fpdus;	/* FPDUs written to TCP sockets */
+	_Atomic uint64_t shm_fpdus;	/* ... and to shm rings */
+	_Atomic uint64_t shm_pulled;	/* payload bytes pulled from peers */
+	_Atomic uint64_t shm_links;	/* streams that moved to shm */
+	_Atomic uint64_t shm_refused;	/* offers refused (either side) */
+};
+extern struct chan_stats chan_stats;
+
+/* A stream that just came UP: offer shm if this end is the offerer and
+ * the peer is softrnic. tc->lock held. */
+void shm_offer_locked(struct tcp_chan *tc, bool offerer);
+/* A control message arrived (status: SR_ST_SHM_*). rx_lock held, not
+ * tc->lock. 0, or -EBADMSG: the stream is broken. */
+int shm_ctl(struct tcp_chan *tc, uint8_t status, const uint8_t *body, size_t len);
+/* Write iov to the ring like sendmsg: bytes written, or -1 with errno
+ * (EAGAIN full, EFAULT first piece unreadable, EPROTO corrupt). kinds[]
+ * as shm_ring_write's; msns[]: for a piece the peer pulls, the msn of
+ * the SEND or WRITE it belongs to, else SHM_NO_MSN. tc->lock held. */
+#define SHM_NO_MSN UINT32_MAX
+ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *kinds,
+		 const uint32_t *msns, int n);
+/* Pieces the peer pulled and found gone (it read zeros) fail their WQE
+ * as over TCP: their msns go to tc->faults (tcp_tx_faults tells the
+ * QP). Call before answers from the peer are delivered. tc->lock held. */
+void shm_faults_locked(struct tcp_chan *tc);
+/* Read like recv/readv: bytes, 0 at the end (the socket ended and the
+ * ring is empty), or -1 with errno (EAGAIN empty, EFAULT could not place
+ * into iov, EPROTO corrupt ring or unreadable peer). rx_lock held. */
+ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app);
+/* Why the rings cannot be used any more, or NULL. */
+const char *shm_broken(const struct tcp_chan *tc);
+/* Wake our own progress thread (it then runs a receive pass). */
+void shm_self_wake(struct tcp_chan *tc);
+/* Should the payload piece at p (len bytes, the application's memory)
+ * of a message that settles only when answered be pulled by the peer? */
+bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len);
+/* The stream is shut: stop watching the eventfd. No channel lock held. */
+void shm_shut(struct tcp_chan *tc);
+/* The last reference is gone: unmap and close. */
+void shm_free(struct tcp_chan *tc);
+
+#endif

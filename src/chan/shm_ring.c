@@ -1,0 +1,403 @@
+/* The same-host channel's rings: see shm_ring.h. Pure memory code (no
+ * system calls but through shm_ring_io), unit-tested and fuzzed.
+ *
+ * Locking: a ring end has one user at a time. The producer end is used
+ * under its stream's channel lock, the consumer end under its rx_lock.
+ */
+#include "chan/shm_ring.h"
+
+#include <errno.h>
+#include <string.h>
+
+static uint64_t pad8(uint64_t x)
+{
+	return (x + 7) & ~7ULL;
+}
+
+void shm_ring_init(struct shm_ring *r, struct shm_ring_ctl *ctl, uint8_t *data, uint64_t size)
+{
+	memset(r, 0, sizeof(*r));
+	r->ctl = ctl;
+	r->data = data;
+	r->size = size;
+}
+
+/* The ring offset of stream position pos, and how many bytes follow it
+ * before the ring wraps. */
+static uint64_t ring_off(const struct shm_ring *r, uint64_t pos, uint64_t *room)
+{
+	uint64_t off = pos & (r->size - 1);
+
+	*room = r->size - off;
+	return off;
+}
+
+/* Copy n bytes into the ring at pos (wrapping); get: the application's
+ * memory, read fault-safely. 0 or -EFAULT. */
+static int ring_in(struct shm_ring *r, uint64_t pos, const uint8_t *src, size_t n,
+		   int (*get)(void *, const void *, size_t))
+{
+	while (n) {
+		uint64_t room, off = ring_off(r, pos, &room);
+		size_t k = n < room ? n : (size_t)room;
+
+		if (get) {
+			if (get(r->data + off, src, k))
+				return -EFAULT;
+		} else {
+			memcpy(r->data + off, src, k);
+		}
+		pos += k;
+		src += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/* Copy n bytes out of the ring at pos (wrapping); put: into the
+ * application's memory, fault-safely. 0 or -EFAULT. */
+static int ring_out(const struct shm_ring *r, uint64_t pos, uint8_t *dst, size_t n,
+		    int (*put)(void *, const void *, size_t))
+{
+	while (n) {
+		uint64_t room, off = ring_off(r, pos, &room);
+		size_t k = n < room ? n : (size_t)room;
+
+		if (put) {
+			if (put(dst, r->data + off, k))
+				return -EFAULT;
+		} else {
+			memcpy(dst, r->data + off, k);
+		}
+		pos += k;
+		dst += k;
+		n -= k;
+	}
+	return 0;
+}
+
+static void put_hdr(struct shm_ring *r, uint64_t pos, uint32_t kind, uint32_t len)
+{
+	uint32_t h[2] = { kind, len };
+
+	ring_in(r, pos, (const uint8_t *)h, sizeof(h), NULL);
+}
+
+/* ---- producer ------------------------------------------------------------ */
+
+/* One remote record for (part of) a piece: 16 bytes in the ring. */
+static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *addr, uint32_t len)
+{
+	uint64_t a = (uint64_t)(uintptr_t)addr;
+
+	put_hdr(r, pos, SHM_REC_REMOTE, len);
+	ring_in(r, pos + SHM_REC_HDR, (const uint8_t *)&a, sizeof(a), NULL);
+	return SHM_REC_HDR + sizeof(a);
+}
+
+ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
+		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes)
+{
+	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+	uint64_t pos = r->pos, used = pos - head, free;
+	size_t written = 0, off = 0;
+	int i = 0, noted = 0, maxnotes = notes ? *nnotes : 0;
+	bool fault = false;
+
+	/* the consumer cannot have released what was never published */
+	if (used > r->size)
+		return -EPROTO;
+	free = r->size - used;
+	while (i < n && !fault) {
+		uint64_t cap, len = 0, start = pos;
+
+		if (off == iov[i].iov_len) {
+			i++;
+			off = 0;
+			continue;
+		}
+		if (kinds[i] == SHM_PULL) {
+			uint32_t take = (uint32_t)(iov[i].iov_len - off < SHM_REC_MAX
+						   ? iov[i].iov_len - off : SHM_REC_MAX);
+
+			if (free < SHM_REC_HDR + 8)
+				break;
+			if (noted < maxnotes)
+				notes[noted++] = (struct shm_rec_note){ pos, i };
+			pos += write_remote(r, pos, (const uint8_t *)iov[i].iov_base + off, take);
+			free -= SHM_REC_HDR + 8;
+			written += take;
+			off += take;
+			continue;
+		}
+		/* an inline record: the bytes of consecutive copied pieces */
+		if (free < SHM_REC_HDR + 8)
+			break;
+		cap = (free - SHM_REC_HDR) & ~7ULL;
+		if (cap > SHM_REC_MAX)
+			cap = SHM_REC_MAX;
+		while (i < n && kinds[i] != SHM_PULL && len < cap) {
+			size_t take = iov[i].iov_len - off;
+
+			if (take > cap - len)
+				take = (size_t)(cap - len);
+			if (ring_in(r, start + SHM_REC_HDR + len, (const uint8_t *)iov[i].iov_base + off,
+				    take, kinds[i] == SHM_APP ? io->get : NULL)) {
+				fault = true;
+				break;
+			}
+			len += take;
+			off += take;
+			if (off == iov[i].iov_len) {
+				i++;
+				off = 0;
+			}
+		}
+		if (!len)
+			break;
+		put_hdr(r, start, SHM_REC_INLINE, (uint32_t)len);
+		pos = start + SHM_REC_HDR + pad8(len);
+		free -= SHM_REC_HDR + pad8(len);
+		written += len;
+	}
+	if (pos != r->pos) {
+		r->pos = pos;
+		atomic_store_explicit(&r->ctl->tail, pos, memory_order_release);
+	}
+	if (notes)
+		*nnotes = noted;
+	if (fault && !written)
+		return -EFAULT;
+	return (ssize_t)written;
+}
+
+bool shm_ring_faulted(const struct shm_ring *r, uint64_t pos)
+{
+	uint32_t kind;
+
+	ring_out(r, pos, (uint8_t *)&kind, sizeof(kind), NULL);
+	return kind == SHM_REC_FAULTED;
+}
+
+uint64_t shm_ring_released(const struct shm_ring *r)
+{
+	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+
+	return r->pos - head > r->size ? r->pos : head;
+}
+
+/* ---- consumer ------------------------------------------------------------ */
+
+/* Read and check the next record's header. 1: r->rec is set up, 0: the
+ * ring is empty, -EPROTO. */
+static int next_record(struct shm_ring *r, uint64_t tail)
+{
+	uint64_t avail = tail - r->pos, size;
+	uint32_t h[2];
+
+	if (!avail)
+		return 0;
+	/* records are published whole */
+	if (avail < SHM_REC_HDR)
+		return -EPROTO;
+	ring_out(r, r->pos, (uint8_t *)h, sizeof(h), NULL);
+	if (h[1] == 0 || h[1] > SHM_REC_MAX)
+		return -EPROTO;
+	if (h[0] == SHM_REC_INLINE)
+		size = SHM_REC_HDR + pad8(h[1]);
+	else if (h[0] == SHM_REC_REMOTE)
+		size = SHM_REC_HDR + 8;
+	else
+		return -EPROTO;
+	if (size > avail)
+		return -EPROTO;
+	r->rec_addr = 0;
+	if (h[0] == SHM_REC_REMOTE)
+		ring_out(r, r->pos + SHM_REC_HDR, (uint8_t *)&r->rec_addr, 8, NULL);
+	r->rec = true;
+	r->rec_fault = false;
+	r->rec_kind = h[0];
+	r->rec_len = h[1];
+	r->rec_off = 0;
+	r->rec_size = size;
+	return 1;
+}
+
+/* Up to `want` bytes of iov from (di, doff) on, as at most max pieces. */
+static int iov_window(const struct iovec *iov, int n, int di, size_t doff, size_t want,
+		      struct iovec *out, int max)
+{
+	int k = 0;
+
+	while (di < n && want && k < max) {
+		size_t take = iov[di].iov_len - doff;
+
+		if (take > want)
+			take = want;
+		if (take)
+			out[k++] = (struct iovec){ (uint8_t *)iov[di].iov_base + doff, take };
+		want -= take;
+		di++;
+		doff = 0;
+	}
+	return k;
+}
+
+/* Zeros in place of a remote record's bytes the producer no longer has,
+ * as the TCP channel sends zeros for a source that faults (the stream
+ * stays framed); the record is marked for the producer. */
+static ssize_t zeros(struct shm_ring *r, const struct iovec *dst, int k, size_t take, bool app,
+		     const struct shm_ring_io *io)
+{
+	static const uint8_t z[4096];
+	uint32_t mark = SHM_REC_FAULTED;
+	size_t done = 0;
+
+	if (!r->rec_fault) {
+		r->rec_fault = true;
+		r->faults++;
+		ring_in(r, r->pos, (const uint8_t *)&mark, sizeof(mark), NULL);
+	}
+	for (int j = 0; j < k && done < take; j++) {
+		for (size_t o = 0; o < dst[j].iov_len && done < take;) {
+			size_t c = dst[j].iov_len - o;
+
+			c = c < sizeof(z) ? c : sizeof(z);
+			c = c < take - done ? c : take - done;
+			if (app ? io->put((uint8_t *)dst[j].iov_base + o, z, c)
+				: (memcpy((uint8_t *)dst[j].iov_base + o, z, c), 0))
+				return done ? (ssize_t)done : -EFAULT;
+			o += c;
+			done += c;
+		}
+	}
+	return (ssize_t)done;
+}
+
+/* A remote record's bytes: pull them from the producer. The kernel does
+ * not say whose memory faulted: a failed pull is tried again into a
+ * bounce buffer, which tells ours (-EFAULT) from the producer's (zeros). */
+static ssize_t pull(struct shm_ring *r, const struct iovec *dst, int k, size_t take, bool app,
+		    const struct shm_ring_io *io)
+{
+	uint8_t probe[256];
+	struct iovec piov = { probe, take < sizeof(probe) ? take : sizeof(probe) };
+	ssize_t got;
+
+	if (r->rec_fault)
+		return zeros(r, dst, k, take, app, io);
+	got = io->pull(io->arg, dst, k, r->rec_addr + r->rec_off, take);
+	if (got > 0)
+		return got;
+	if (errno == ESRCH)
+		return -EIO;
+	got = io->pull(io->arg, &piov, 1, r->rec_addr + r->rec_off, piov.iov_len);
+	if (got == (ssize_t)piov.iov_len)
+		return -EFAULT;
+	if (got < 0 && errno == ESRCH)
+		return -EIO;
+	return zeros(r, dst, k, take, app, io);
+}
+
+/* Copy from the current record into iov at (di, doff). Returns bytes. */
+static ssize_t read_piece(struct shm_ring *r, const struct iovec *iov, int n, int di, size_t doff,
+			  size_t want, bool app, const struct shm_ring_io *io)
+{
+	size_t take = r->rec_len - r->rec_off, done = 0;
+
+	if (take > want)
+		take = want;
+	if (r->rec_kind == SHM_REC_REMOTE) {
+		struct iovec w[64];
+		int k = iov_window(iov, n, di, doff, take, w, 64);
+		size_t room = 0;
+
+		for (int j = 0; j < k; j++)
+			room += w[j].iov_len;
+		return pull(r, w, k, room < take ? room : take, app, io);
+	}
+	while (done < take && di < n) {
+		size_t k = iov[di].iov_len - doff;
+
+		if (k > take - done)
+			k = take - done;
+		if (ring_out(r, r->pos + SHM_REC_HDR + r->rec_off + done,
+			     (uint8_t *)iov[di].iov_base + doff, k, app ? io->put : NULL))
+			return done ? (ssize_t)done : -EFAULT;
+		done += k;
+		di++;
+		doff = 0;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool app,
+		      const struct shm_ring_io *io)
+{
+	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
+	size_t want = 0, got = 0, doff = 0;
+	bool released = false;
+	int di = 0;
+	ssize_t ret = 0;
+
+	if (tail - r->pos > r->size)
+		return -EPROTO;
+	for (int j = 0; j < n; j++)
+		want += iov[j].iov_len;
+	while (got < want) {
+		ssize_t k;
+
+		if (!r->rec) {
+			int e = next_record(r, tail);
+
+			if (e <= 0) {
+				ret = e;
+				break;
+			}
+		}
+		if (r->rec_kind == SHM_REC_REMOTE && got)
+			break;
+		k = read_piece(r, iov, n, di, doff, want - got, app, io);
+		if (k < 0) {
+			ret = k;
+			break;
+		}
+		if (r->rec_kind == SHM_REC_REMOTE && !r->rec_fault)
+			r->pulled += (uint64_t)k;
+		else
+			r->inlined += (uint64_t)k;
+		got += (size_t)k;
+		r->rec_off += (uint32_t)k;
+		for (size_t adv = (size_t)k; adv;) {
+			size_t s = iov[di].iov_len - doff;
+
+			if (s > adv)
+				s = adv;
+			adv -= s;
+			doff += s;
+			if (doff == iov[di].iov_len) {
+				di++;
+				doff = 0;
+			}
+		}
+		if (r->rec_off == r->rec_len) {
+			r->pos += r->rec_size;
+			r->rec = false;
+			released = true;
+		}
+	}
+	if (released)
+		atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
+	if (got)
+		return (ssize_t)got;
+	return ret;
+}
+
+int shm_ring_pending(struct shm_ring *r)
+{
+	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
+
+	if (tail - r->pos > r->size)
+		return -EPROTO;
+	return r->rec || tail != r->pos;
+}

@@ -1,0 +1,135 @@
+/* The same-host channel's rings (DESIGN.md decision 23, "shm layout").
+ *
+ * A ring is a single-producer, single-consumer byte ring in shared memory
+ * that stands in for one direction of a TCP stream: it carries the same
+ * MPA FPDU bytes, in records. An inline record holds stream bytes; a
+ * remote record names bytes in the producer's address space that the
+ * consumer copies itself with process_vm_readv (one copy, straight into
+ * the memory a WRITE or READ response targets).
+ *
+ * Record: 8-byte header {u32 kind, u32 len} (host order: both ends are
+ * one host), then for kind 0 (inline) len bytes padded to 8, for kind 1
+ * (remote) one u64 address. Records start 8-aligned and may wrap. Indices
+ * are free-running u64 byte counts; the producer publishes tail and the
+ * consumer head, each with a release store.
+ *
+ * Nothing read from shared memory is trusted: the peer may write any
+ * value at any time. Every index, kind and length is read once into a
+ * local and checked before use; a bad one makes the call fail with
+ * -EPROTO, after which the caller drops the stream (QP to ERROR).
+ */
+#ifndef SOFTRNIC_SHM_RING_H
+#define SOFTRNIC_SHM_RING_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define SHM_REC_HDR	8
+#define SHM_REC_INLINE	0
+#define SHM_REC_REMOTE	1
+/* A remote record the consumer could not pull (the producer's memory was
+ * gone): it read zeros instead and wrote this over the record's kind, so
+ * the producer, which checks its released remote records before it
+ * reuses their space, can fail the work request (IBV_WC_LOC_PROT_ERR) as
+ * over TCP. Never valid in a record being read. */
+#define SHM_REC_FAULTED	2
+/* the most stream bytes one record carries (one FPDU's payload fits) */
+#define SHM_REC_MAX	(64U * 1024U)
+
+/* One direction's control block, in shared memory. Producer and consumer
+ * fields sit on their own cache lines. */
+struct shm_ring_ctl {
+	_Atomic uint64_t tail;		/* producer: bytes published */
+	uint8_t pad0[56];
+	_Atomic uint64_t head;		/* consumer: bytes released */
+	uint8_t pad1[56];
+	/* The consumer is going to sleep: the producer writes the
+	 * consumer's eventfd after its next publish (and clears this). */
+	_Atomic uint32_t rx_sleep;
+	/* The producer found the ring full: the consumer writes the
+	 * producer's eventfd after its next release (and clears this). */
+	_Atomic uint32_t tx_sleep;
+	uint8_t pad2[56];
+};
+
+/* How a ring end touches memory that is not the ring. The channel uses
+ * the fault-safe copies and process_vm_readv; the unit test plain ones. */
+struct shm_ring_io {
+	/* copy into / out of application memory; 0 or -EFAULT */
+	int (*put)(void *dst, const void *src, size_t n);
+	int (*get)(void *dst, const void *src, size_t n);
+	/* copy len bytes at the producer's address raddr into dst (n
+	 * pieces): bytes copied, or -1 with errno (ESRCH: the producer is
+	 * gone; anything else: that memory or ours cannot be accessed) */
+	ssize_t (*pull)(void *arg, const struct iovec *dst, int n, uint64_t raddr, size_t len);
+	void *arg;
+};
+
+/* A ring end: the shared control block and data, and the private state
+ * of the side that owns it. */
+struct shm_ring {
+	struct shm_ring_ctl *ctl;
+	uint8_t *data;
+	uint64_t size;			/* power of two, multiple of 8 */
+	uint64_t pos;			/* producer: tail; consumer: head (ours) */
+	/* consumer: the record being read */
+	bool rec;
+	uint32_t rec_kind, rec_len, rec_off;
+	uint64_t rec_addr;		/* remote record: producer address */
+	uint64_t rec_size;		/* the record's bytes in the ring */
+	bool rec_fault;			/* ... unreadable: the rest reads as zeros */
+	uint64_t pulled, inlined, faults;	/* statistics */
+};
+
+void shm_ring_init(struct shm_ring *r, struct shm_ring_ctl *ctl, uint8_t *data, uint64_t size);
+
+/* What one piece of a write is (shm_ring_write's kinds[]). */
+enum shm_piece {
+	SHM_OWN,			/* the channel's bytes: copied */
+	SHM_APP,			/* application memory: copied fault-safely */
+	SHM_PULL,			/* application memory the peer may pull */
+};
+
+/* A remote record written: where it starts, for which piece. */
+struct shm_rec_note {
+	uint64_t pos;
+	int piece;
+};
+
+/* Producer: write up to the whole of iov (n pieces) as records and
+ * publish them. Returns stream bytes written (0: the ring is full),
+ * -EFAULT if the first piece is application memory that cannot be read
+ * (nothing written), -EPROTO if the shared head is impossible. If notes
+ * is not NULL, the first *nnotes remote records written are noted there
+ * (*nnotes: its size in, the number noted out). */
+ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
+		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes);
+
+/* Producer: was the remote record at pos (already released: pos is below
+ * the shared head) read as zeros? Only valid until that space is written
+ * again. */
+bool shm_ring_faulted(const struct shm_ring *r, uint64_t pos);
+/* Producer: the consumer's head, checked (-EPROTO as a huge value is not
+ * returned: an impossible head reads as our own tail). */
+uint64_t shm_ring_released(const struct shm_ring *r);
+
+/* Consumer: read up to the whole of iov (n pieces; app: application
+ * memory, written fault-safely) and release what was consumed. Stops
+ * before a remote record once something was read, so that a caller
+ * reading headers gets the chance to place the payload directly.
+ * A remote record whose memory the producer no longer has reads as
+ * zeros (and is marked SHM_REC_FAULTED). Returns bytes read (0: the ring
+ * is empty), -EFAULT if the first byte could not be placed into iov
+ * (nothing consumed), -EIO if the producer is gone (ESRCH from pull),
+ * -EPROTO for a corrupt ring. */
+ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool app,
+		      const struct shm_ring_io *io);
+
+/* Consumer: is anything unread? (-EPROTO: corrupt) */
+int shm_ring_pending(struct shm_ring *r);
+
+#endif
