@@ -303,6 +303,22 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		break;
 	}
 	case SR_EXT_ACK:
+		if (h.qn == SR_EXT_QN_AWRITE) {
+			struct sr_awrite a;
+
+			if (sr_awrite_decode(body, blen, &a) < 0)
+				return -EBADMSG;
+			m = as_start(SR_MSG_ATOMIC_WRITE);
+			if (!m)
+				return -ENOMEM;
+			m->stag = h.inv_stag;
+			m->to = a.to;
+			memcpy(&m->add_swap, a.data, sizeof(a.data));
+			/* numbered in order with the other requests; the
+			 * header's MSN says the same, for the logs */
+			m->msn = tc->rx_req_msn++;
+			break;
+		}
 		if (h.qn == SR_EXT_QN_XRC) {
 			m = as_start(SR_MSG_XRC);
 			if (!m)

@@ -247,6 +247,20 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 		if (m->op != SR_MSG_RNR)
 			rsp_take(tc, m->msn);	/* a failed READ gets no response */
 		break;
+	case SR_MSG_ATOMIC_WRITE: {
+		struct sr_awrite a = { .to = m->to };
+
+		if (!tc->ext)
+			return false;	/* softrnic to softrnic only (sq.c refuses) */
+		h.opcode = SR_EXT_ACK;
+		h.qn = SR_EXT_QN_AWRITE;
+		h.msn = m->msn;
+		h.inv_stag = m->stag;
+		memcpy(a.data, &m->add_swap, sizeof(a.data));
+		hl = sr_awrite_encode(p + DDP_UNTAGGED_HDR_LEN, cap - DDP_UNTAGGED_HDR_LEN, &a);
+		blen = hl > 0 ? (size_t)hl : 0;
+		break;
+	}
 	case SR_MSG_XRC:
 		if (!tc->ext)
 			return false;	/* XRC is softrnic to softrnic only */
@@ -290,7 +304,8 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 	s->done = NULL;
 	if (tc->cur_off >= m->len &&
 	    (m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM ||
-	     m->op == SR_MSG_READ_REQ || m->op == SR_MSG_ATOMIC_REQ)) {
+	     m->op == SR_MSG_READ_REQ || m->op == SR_MSG_ATOMIC_REQ ||
+	     m->op == SR_MSG_ATOMIC_WRITE)) {
 		tc->tx_req_msn = m->msn + 1;
 		tc->tx_any = true;
 	}
@@ -531,7 +546,8 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	/* Positive ACKs are cumulative: keep only the latest, send it when
 	 * the queue drains (one per batch of inbound requests). */
 	if (m->op != SR_MSG_SEND && m->op != SR_MSG_WRITE && m->op != SR_MSG_IMM &&
-	    m->op != SR_MSG_READ_REQ && m->op != SR_MSG_ATOMIC_REQ && m->op != SR_MSG_XRC)
+	    m->op != SR_MSG_READ_REQ && m->op != SR_MSG_ATOMIC_REQ && m->op != SR_MSG_XRC &&
+	    m->op != SR_MSG_ATOMIC_WRITE)
 		tc->tx_urgent = true;	/* answers are never held back */
 	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK && tc->ext) {
 		tc->ack_pending = true;

@@ -372,9 +372,10 @@ int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey);
  * read-only page gives -EFAULT rather than a crash. */
 int mem_read(void *dst, uintptr_t src, size_t len);
 int mem_write(uintptr_t dst, const void *src, size_t len);
-/* 8-byte atomics on application memory, atomic among softrnic atomics. */
+/* 8-byte atomics on application memory, atomic among softrnic atomics.
+ * SR_ATOMIC_WRITE stores swap (IBTA 1.5 ATOMIC WRITE). */
 int mem_atomic(uintptr_t addr, int op, uint64_t cmp_or_add, uint64_t swap, uint64_t *orig);
-enum { SR_ATOMIC_CMP_SWP = 1, SR_ATOMIC_FETCH_ADD = 2 };
+enum { SR_ATOMIC_CMP_SWP = 1, SR_ATOMIC_FETCH_ADD = 2, SR_ATOMIC_WRITE = 3 };
 
 /* ---- CQ ---------------------------------------------------------------- */
 struct sr_comp_channel {

@@ -213,6 +213,8 @@ int mem_atomic(uintptr_t addr, int op, uint64_t cmp_or_add, uint64_t swap, uint6
 		if (v != cmp_or_add)
 			goto out;
 		nv = swap;
+	} else if (op == SR_ATOMIC_WRITE) {
+		nv = swap;
 	} else {
 		nv = v + cmp_or_add;
 	}

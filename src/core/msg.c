@@ -16,6 +16,7 @@ const char *const sr_msg_op_name[SR_MSG_OP_MAX] = {
 	[SR_MSG_IMM] = "IMM",
 	[SR_MSG_RNR] = "RNR",
 	[SR_MSG_XRC] = "XRC",
+	[SR_MSG_ATOMIC_WRITE] = "ATOMIC_WRITE",
 };
 
 struct sr_msg *msg_alloc(uint32_t payload_len)

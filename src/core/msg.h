@@ -35,6 +35,10 @@ enum sr_msg_op {
 	 * requests that follow, until the next one, are for the XRC SRQ
 	 * numbered srqn. Not a request: no msn, no answer. */
 	SR_MSG_XRC,
+	/* IBTA 1.5 ATOMIC WRITE: the 8 bytes in add_swap (as they are to
+	 * land, not a number) stored at (stag, to) in one piece; answered by
+	 * an ACK, like a WRITE. Softrnic peers only (srext.h). */
+	SR_MSG_ATOMIC_WRITE,
 	SR_MSG_OP_MAX,
 };
 extern const char *const sr_msg_op_name[SR_MSG_OP_MAX];
@@ -95,7 +99,7 @@ struct sr_msg {
 	uint32_t inv_stag;
 	uint32_t rd_len;		/* READ_REQ: bytes asked for */
 	uint32_t srqn;			/* XRC: the SRQ number */
-	uint64_t add_swap, compare;	/* ATOMIC_REQ */
+	uint64_t add_swap, compare;	/* ATOMIC_REQ; add_swap: ATOMIC_WRITE */
 	uint64_t orig;			/* ATOMIC_RESP */
 	uint32_t placed;		/* SR_MSGF_PLACED: bytes placed */
 	struct sr_rwqe *rwqe;		/* SEND placed directly: its receive

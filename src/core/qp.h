@@ -18,6 +18,9 @@
 
 /* Private send flag: a BIND_MW WQE made by ibv_bind_mw (type 1). */
 #define SR_SEND_BIND_TYPE1 (1U << 31)
+/* Private send flag: an ATOMIC_WRITE WQE holding its 8 bytes in
+ * compare_add (the WR API's value, or inline data copied at post). */
+#define SR_SEND_AW_VALUE (1U << 30)
 
 enum sr_swqe_state {
 	SR_WQE_POSTED,		/* waiting to be transmitted */
@@ -34,7 +37,7 @@ struct sr_swqe {
 	uint32_t inv_rkey;		/* SEND_WITH_INV, LOCAL_INV */
 	uint32_t rkey;
 	uint64_t remote_addr;
-	uint64_t compare_add, swap;
+	uint64_t compare_add, swap;	/* ATOMIC_WRITE: compare_add = value */
 	struct ibv_mw *mw;		/* BIND_MW */
 	uint32_t bind_rkey;
 	struct ibv_mw_bind_info bind_info;

@@ -21,6 +21,7 @@ static enum ibv_wc_opcode wc_opcode(uint32_t op)
 	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
 	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+	case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
 	case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
 	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
 	default: return IBV_WC_SEND;
@@ -281,6 +282,16 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
 		m->add_swap = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w->swap : w->compare_add;
 		*st = check_sink(qp, w);
 		break;
+	case IBV_WR_ATOMIC_WRITE:
+		/* The 8 bytes travel as they are (bytes, not a number). */
+		m->op = SR_MSG_ATOMIC_WRITE;
+		m->stag = w->rkey;
+		m->to = w->remote_addr;
+		if (w->flags & SR_SEND_AW_VALUE)
+			m->add_swap = w->compare_add;
+		else
+			*st = gather(qp, w, (uint8_t *)&m->add_swap);
+		break;
 	}
 	if (*st == IBV_WC_SUCCESS && by_ref) {
 		*st = gather_ref(qp, w, m);
@@ -314,11 +325,21 @@ static int sq_send_imm(struct sr_qp *qp, struct sr_swqe *w)
 
 /* What a peer that speaks RFC 5040 RDMAP only cannot honour: SEND with
  * immediate (no RDMAP form), and RFC 7306's Immediate Data and atomics,
- * which Linux siw answers with a TERMINATE (unknown opcode). */
+ * which Linux siw answers with a TERMINATE (unknown opcode); IBTA 1.5
+ * atomic write has no iWARP form at all. */
 static bool beyond_rfc5040(uint32_t op)
 {
 	return op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
-	       op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	       op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+	       op == IBV_WR_ATOMIC_WRITE;
+}
+
+/* What only softrnic's extension messages carry (src/wire/srext.h): an
+ * atomic write needs a peer that speaks them, which is a peer that acks
+ * (the two come together, chan->acks; the in-process channel has both). */
+static bool needs_ext(struct sr_chan *ch, uint32_t op)
+{
+	return op == IBV_WR_ATOMIC_WRITE && !ch->acks;
 }
 
 /* READ (and atomic) requests sent and not yet answered. */
@@ -373,7 +394,8 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			break;
 		}
 		if ((w->opcode == IBV_WR_SEND_WITH_IMM && qp->chan->no_send_imm) ||
-		    (qp->chan->rfc_only && beyond_rfc5040(w->opcode))) {
+		    (qp->chan->rfc_only && beyond_rfc5040(w->opcode)) ||
+		    needs_ext(qp->chan, w->opcode)) {
 			/* The peer speaks RFC iWARP, which has no SEND with
 			 * immediate (or, Linux siw, no RFC 7306 either): fail
 			 * it here rather than send what the peer would
@@ -467,6 +489,7 @@ static bool wqe_acked_by_ack(const struct sr_swqe *w)
 	case IBV_WR_SEND_WITH_INV:
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_ATOMIC_WRITE:
 		return true;
 	default:
 		return false;
@@ -516,6 +539,7 @@ static int check_opcode(struct sr_qp *qp, uint32_t op)
 	case IBV_WR_RDMA_READ:
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_ATOMIC_WRITE:
 		return uc ? -EINVAL : 0;
 	default:
 		return -EINVAL;
@@ -528,6 +552,39 @@ static bool sq_state_accepts(struct sr_qp *qp)
 	 * XRC_RECV QP has no send queue. */
 	return qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_ERR &&
 	       qp_type(qp) != IBV_QPT_XRC_RECV;
+}
+
+/* IBTA 1.5 ATOMIC WRITE: 8 bytes to (rkey, remote_addr). The WR API
+ * hands the value itself (wr.c puts it in wr.atomic.compare_add and marks
+ * the WR SR_SEND_AW_VALUE); ibv_post_send names it as a WRITE names its
+ * payload: wr.rdma and a gather list of exactly 8 bytes, registered
+ * (read at transmit, as a WRITE's) or IBV_SEND_INLINE (read now). A value
+ * the WQE holds is in compare_add, marked SR_SEND_AW_VALUE. */
+static int sq_fill_awrite(struct sr_swqe *w, const struct ibv_send_wr *wr, uint64_t len)
+{
+	size_t off = 0;
+
+	w->length = 8;
+	if (wr->send_flags & SR_SEND_AW_VALUE) {
+		w->rkey = wr->wr.atomic.rkey;
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->compare_add = wr->wr.atomic.compare_add;
+		return 0;
+	}
+	if (len != 8)
+		return -EINVAL;
+	w->rkey = wr->wr.rdma.rkey;
+	w->remote_addr = wr->wr.rdma.remote_addr;
+	if (!(wr->send_flags & IBV_SEND_INLINE))
+		return 0;
+	for (int i = 0; i < wr->num_sge; i++) {
+		if (mem_read((uint8_t *)&w->compare_add + off, wr->sg_list[i].addr,
+			     wr->sg_list[i].length))
+			return -EFAULT;
+		off += wr->sg_list[i].length;
+	}
+	w->flags = (w->flags & ~(uint32_t)IBV_SEND_INLINE) | SR_SEND_AW_VALUE;
+	return 0;
 }
 
 /* Fill the next free slot from @wr; caller holds qp->lock. */
@@ -545,7 +602,8 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 		return ret;
 	/* A connected peer known not to be softrnic (the MPA exchange
 	 * told): refuse now, with a reason, what it cannot honour. */
-	if (qp->chan && qp->chan->rfc_only && beyond_rfc5040(wr->opcode))
+	if (qp->chan && ((qp->chan->rfc_only && beyond_rfc5040(wr->opcode)) ||
+			 needs_ext(qp->chan, wr->opcode)))
 		return -EOPNOTSUPP;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
 		return -EINVAL;
@@ -586,12 +644,19 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 		w->bind_rkey = wr->bind_mw.rkey;
 		w->bind_info = wr->bind_mw.bind_info;
 		break;
+	case IBV_WR_ATOMIC_WRITE:
+		ret = sq_fill_awrite(w, wr, len);
+		if (ret)
+			return ret;
+		break;
 	default:
 		break;
 	}
 	if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 		w->imm = wr->imm_data;
-	if (w->flags & IBV_SEND_INLINE) {
+	if (wr->opcode == IBV_WR_ATOMIC_WRITE && (w->flags & SR_SEND_AW_VALUE)) {
+		w->num_sge = 0;		/* the WQE holds its 8 bytes */
+	} else if (w->flags & IBV_SEND_INLINE) {
 		size_t off = 0;
 
 		if (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||

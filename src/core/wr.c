@@ -133,6 +133,18 @@ static void x_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, uint6
 	tb.wr.wr.atomic.remote_addr = addr;
 	tb.wr.wr.atomic.compare_add = add;
 }
+/* IBTA 1.5 ATOMIC WRITE: the 8 bytes at atomic_wr are copied now (the
+ * caller's buffer need not outlive the call), carried in the atomic
+ * fields of the WR and marked as a value (sq_fill_awrite); SGEs set after
+ * it are ignored. */
+static void x_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *d)
+{
+	wr_new(q, IBV_WR_ATOMIC_WRITE);
+	tb.wr.send_flags |= SR_SEND_AW_VALUE;
+	tb.wr.wr.atomic.rkey = rkey;
+	tb.wr.wr.atomic.remote_addr = addr;
+	memcpy(&tb.wr.wr.atomic.compare_add, d, 8);
+}
 static void x_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
 	wr_new(q, IBV_WR_LOCAL_INV);
@@ -155,7 +167,6 @@ static void x_unsupported(struct ibv_qp_ex *q)
 	qp->wr_err = EOPNOTSUPP;
 }
 static void x_send_tso(struct ibv_qp_ex *q, void *h, uint16_t hs, uint16_t mss) { x_unsupported(q); }
-static void x_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *d) { x_unsupported(q); }
 static void x_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
 {
 	/* ibv_wr_set_ud_addr(3): the address of the WR just started */

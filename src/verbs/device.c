@@ -90,6 +90,8 @@ SR_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
 	return 0;
 }
 
+#define SR_DEVICE_ATOMIC_WRITE (1ULL << 40)
+
 int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *in,
 		       struct ibv_device_attr_ex *attr, size_t attr_size)
 {
@@ -113,7 +115,10 @@ int sr_query_device_ex(struct ibv_context *context, const struct ibv_query_devic
 	a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
 	a.completion_timestamp_mask = UINT64_MAX;
 	a.hca_core_clock = 1000000;		/* kHz: timestamps are ns */
-	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	/* IBTA 1.5 atomic write (ibv_wr_atomic_write, IBV_WR_ATOMIC_WRITE):
+	 * the kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE, which rdma-core 44's
+	 * headers predate (later ones name it). */
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags | SR_DEVICE_ATOMIC_WRITE;
 	a.max_dm_size = dm_max_size();	/* core/dm.c, SOFTRNIC_DM_SIZE */
 	a.phys_port_cnt_ex = 1;
 	verbs_raw_caps(&a);

@@ -22,16 +22,19 @@ static uint32_t ext_qn(uint8_t op)
 	return op == SR_EXT_ACK || op == SR_EXT_RNR ? SR_EXT_QN : 0;
 }
 
-static bool ext_qn_ok(uint8_t op, uint32_t qn, uint32_t msn, uint32_t mo)
+static bool ext_qn_ok(uint8_t op, uint32_t qn, uint32_t msn, uint32_t mo, bool last)
 {
 	if (op == SR_EXT_ACK && qn == SR_EXT_QN_XRC)
 		return msn == 0 && mo <= 0xffffff;	/* XRC header */
+	if (op == SR_EXT_ACK && qn == SR_EXT_QN_AWRITE)
+		return mo == 0 && last;			/* atomic write: one FPDU */
 	return qn == ext_qn(op);
 }
 
 ssize_t sr_ext_hdr_encode(uint8_t *buf, size_t cap, const struct ddp_hdr *h)
 {
-	if (!sr_ext_opcode(h->opcode) || h->tagged || !ext_qn_ok(h->opcode, h->qn, h->msn, h->mo))
+	if (!sr_ext_opcode(h->opcode) || h->tagged ||
+	    !ext_qn_ok(h->opcode, h->qn, h->msn, h->mo, h->last))
 		return -EINVAL;
 	if (cap < DDP_UNTAGGED_HDR_LEN)
 		return -ENOSPC;
@@ -61,9 +64,28 @@ ssize_t sr_ext_hdr_decode(const uint8_t *buf, size_t len, struct ddp_hdr *h)
 	h->qn = get32(buf + 6);
 	h->msn = get32(buf + 10);
 	h->mo = get32(buf + 14);
-	if (!ext_qn_ok(h->opcode, h->qn, h->msn, h->mo))
+	if (!ext_qn_ok(h->opcode, h->qn, h->msn, h->mo, h->last))
 		return -EBADMSG;
 	return DDP_UNTAGGED_HDR_LEN;
+}
+
+ssize_t sr_awrite_encode(uint8_t *buf, size_t cap, const struct sr_awrite *a)
+{
+	if (cap < SR_AWRITE_LEN)
+		return -ENOSPC;
+	put32(buf, (uint32_t)(a->to >> 32));
+	put32(buf + 4, (uint32_t)a->to);
+	memcpy(buf + 8, a->data, sizeof(a->data));
+	return SR_AWRITE_LEN;
+}
+
+ssize_t sr_awrite_decode(const uint8_t *buf, size_t len, struct sr_awrite *a)
+{
+	if (len != SR_AWRITE_LEN)
+		return -EBADMSG;
+	a->to = (uint64_t)get32(buf) << 32 | get32(buf + 4);
+	memcpy(a->data, buf + 8, sizeof(a->data));
+	return SR_AWRITE_LEN;
 }
 
 ssize_t sr_hello_encode(uint8_t *buf, size_t cap, const struct sr_hello *h)

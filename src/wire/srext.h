@@ -20,6 +20,17 @@ enum sr_ext_opcode {
  * SR_EXT_ACK on queue 5, MSN 0, MO = the XRC SRQ number (24 bits) that
  * the requests after it, until the next one, are for. */
 #define SR_EXT_QN_XRC 5
+/* IBTA 1.5 ATOMIC WRITE (DESIGN.md "Extension messages on the wire"):
+ * opcode SR_EXT_ACK on queue 6, MSN = request msn, MO 0, RsvdULP = the
+ * STag; one FPDU (L set) whose body is SR_AWRITE_LEN bytes: the TO, big
+ * endian, then the 8 bytes to write, as they are to land. Answered by an
+ * ACK like a WRITE. */
+#define SR_EXT_QN_AWRITE 6
+#define SR_AWRITE_LEN 16
+struct sr_awrite {
+	uint64_t to;
+	uint8_t data[8];
+};
 
 static inline bool sr_ext_opcode(uint8_t op)
 {
@@ -27,9 +38,16 @@ static inline bool sr_ext_opcode(uint8_t op)
 }
 
 /* Same conventions as ddp_hdr_encode/decode; h->opcode is an
- * sr_ext_opcode, h->inv_stag carries the immediate for SEND_IMM. */
+ * sr_ext_opcode, h->inv_stag carries the immediate for SEND_IMM and the
+ * STag for an atomic write. */
 ssize_t sr_ext_hdr_encode(uint8_t *buf, size_t cap, const struct ddp_hdr *h);
 ssize_t sr_ext_hdr_decode(const uint8_t *buf, size_t len, struct ddp_hdr *h);
+/* The body of an atomic write; the decoder wants exactly SR_AWRITE_LEN
+ * bytes (-EBADMSG otherwise) and an 8-byte aligned TO is the responder's
+ * business, not the decoder's (a misaligned one is a verdict, not a
+ * malformed frame). */
+ssize_t sr_awrite_encode(uint8_t *buf, size_t cap, const struct sr_awrite *a);
+ssize_t sr_awrite_decode(const uint8_t *buf, size_t len, struct sr_awrite *a);
 
 /* The hello softrnic puts in the MPA private data of a connection made
  * for QPs connected by hand (no RDMA CM): who talks to whom. */

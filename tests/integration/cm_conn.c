@@ -1329,6 +1329,7 @@ static void plain_client(struct cm_side *s)
 	static const enum ibv_wr_opcode beyond[] = {
 		IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
 		IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP,
+		IBV_WR_ATOMIC_WRITE,	/* IBTA 1.5: softrnic's extensions only */
 	};
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;

@@ -297,6 +297,101 @@ static void xrc_headers(void)
 	tctx_close(&t);
 }
 
+/* softrnic's atomic write (DESIGN.md "Extension messages on the wire"),
+ * built by hand: control (L, DV 1), opcode 0xe on queue 6, RsvdULP =
+ * STag, MSN 0, MO; body blen bytes, the first 16 the TO (big-endian) and
+ * the value; zero pad and CRC field. Returns the FPDU's length. */
+static size_t awrite_frame(uint8_t *b, uint8_t ctl, uint32_t stag, uint32_t mo,
+			   uint64_t to, const uint8_t *val, size_t blen)
+{
+	size_t n = 2 + 18 + blen;
+
+	memset(b, 0, 64);
+	put16(b, (uint16_t)(18 + blen));
+	b[2] = ctl;
+	b[3] = 0x4e;
+	put32(b + 4, stag);
+	put32(b + 8, 6);
+	put32(b + 16, mo);
+	if (blen >= 8) {
+		put32(b + 20, (uint32_t)(to >> 32));
+		put32(b + 24, (uint32_t)to);
+	}
+	if (blen >= 16)
+		memcpy(b + 28, val, 8);
+	return n + (4 - n % 4) % 4 + 4;
+}
+
+/* A fake peer sending atomic writes: malformed (body not 16 bytes, L
+ * clear, MO set) or refused (misaligned) ones end in ERROR with the
+ * target untouched; the control case, as documented, lands its 8 bytes
+ * and the QP stays in RTS. */
+static void awrite_frames(void)
+{
+	static const uint8_t val[8] = { 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4 };
+	struct tctx t;
+	struct ibv_cq *cq;
+	struct buf rb;
+
+	tctx_open(&t);
+	cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
+	CHECK(cq, "cq");
+	buf_alloc(&t, &rb, 4096, ACC_ALL);
+	for (int kind = 0; kind < 6; kind++) {
+		struct ibv_qp_init_attr ia = {
+			.qp_type = IBV_QPT_RC, .send_cq = cq, .recv_cq = cq,
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+		};
+		uint32_t fake = 0xfffff0;	/* larger QPN: the fake peer dials */
+		struct ibv_qp *qp = ibv_create_qp(t.pd, &ia);
+		uint64_t to = (uintptr_t)rb.p + 64;
+		uint8_t b[128];
+		size_t n;
+		int fd, st = -1;
+
+		CHECK(qp, "kind %d: create QP: %s", kind, strerror(errno));
+		memset(rb.p, 0xee, 256);
+		qp_to_init(qp, ACC_ALL);
+		qp_to_rtr(&t, qp, fake, IBV_MTU_4096, 0, 1);
+		qp_to_rts(qp, 0, 1);
+		fd = dial((uint16_t)(qp->qp_num >> 8));
+		send_all(fd, b, mpa_request(b, fake, qp->qp_num));
+		CHECK(wait_reply(fd) > 0, "kind %d: no MPA reply", kind);
+		switch (kind) {
+		case 0: n = awrite_frame(b, 0x41, rb.mr->rkey, 0, to, val, 16); break;
+		case 1: n = awrite_frame(b, 0x41, rb.mr->rkey, 0, to, val, 15); break;
+		case 2: n = awrite_frame(b, 0x01, rb.mr->rkey, 0, to, val, 16); break;
+		case 3: n = awrite_frame(b, 0x41, rb.mr->rkey, 8, to, val, 16); break;
+		case 4: n = awrite_frame(b, 0x41, rb.mr->rkey, 0, to + 4, val, 16); break;
+		default: n = awrite_frame(b, 0x41, rb.mr->rkey, 0, to, val, 17); break;
+		}
+		send_all(fd, b, n);
+		if (kind == 0) {
+			for (int i = 0; i < 200 && memcmp(rb.p + 64, val, 8); i++)
+				usleep(10000);
+			check_bytes(rb.p + 64, val, 8, "hand-made atomic write");
+			check_filled(rb.p, 0xee, 64, "before the target");
+			check_filled(rb.p + 72, 0xee, 256 - 72, "after the target");
+			CHECK(qp_state(qp) == IBV_QPS_RTS, "QP state %d after a good atomic write",
+			      qp_state(qp));
+		} else {
+			for (int i = 0; i < 200 && st != IBV_QPS_ERR; i++) {
+				st = qp_state(qp);
+				if (st != IBV_QPS_ERR)
+					usleep(10000);
+			}
+			CHECK(st == IBV_QPS_ERR, "kind %d: QP in state %d, not ERR", kind, st);
+			check_filled(rb.p, 0xee, 256, "target of a refused atomic write");
+		}
+		close(fd);
+		CHECK(ibv_destroy_qp(qp) == 0, "destroy qp");
+	}
+	buf_free(&rb);
+	CHECK(ibv_destroy_cq(cq) == 0, "destroy cq");
+	tctx_close(&t);
+}
+
 /* Junk where the MPA request should be: the stream is dropped, nothing
  * else happens, and a real pair still works afterwards. */
 static void junk_instead_of_mpa(void)
@@ -338,6 +433,7 @@ static void junk_instead_of_mpa(void)
 static const struct subtest tests[] = {
 	SUBTEST(junk_after_handshake),
 	SUBTEST(xrc_headers),
+	SUBTEST(awrite_frames),
 	SUBTEST(junk_instead_of_mpa),
 };
 

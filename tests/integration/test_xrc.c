@@ -74,7 +74,7 @@ static struct ibv_qp *ini_create(struct tctx *t, struct ibv_cq *cq, int wr_api)
 	if (wr_api) {
 		a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 		a.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-				   IBV_QP_EX_WITH_RDMA_WRITE;
+				   IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE;
 	}
 	qp = ibv_create_qp_ex(t->ctx, &a);
 	CHECK(qp, "ibv_create_qp_ex(XRC_SEND): %s", strerror(errno));
@@ -276,6 +276,33 @@ static void wr_api_write_send(void)
 	CHECK(wc.imm_data == htobe32(0x1234), "imm %#x", wc.imm_data);
 	check_bytes(x.sb.p, x.sa.p, 4 * KIB, "XRC WRITE payload");
 	check_bytes(x.sb.p + 32 * KIB, x.sa.p + 4 * KIB, 4 * KIB, "XRC SEND payload");
+	xl_close(&x);
+}
+
+/* IBTA 1.5 atomic write over XRC: checked under the named SRQ's PD, the
+ * 8 bytes land whole, no receive is consumed. */
+static void wr_api_atomic_write(void)
+{
+	static const uint8_t val[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	uint8_t want[32] = { 0 };
+	struct ibv_qp_ex *qx;
+	struct ibv_wc wc;
+	struct xl x;
+
+	xl_open(&x, 1);
+	qx = ibv_qp_to_qp_ex(x.ini);
+	CHECK(qx, "ibv_qp_to_qp_ex");
+	memset(x.sb.p, 0, 32);
+	ibv_wr_start(qx);
+	qx->wr_id = 0x61;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(qx, x.sb.mr->rkey, (uintptr_t)x.sb.p + 8, val);
+	ibv_wr_set_xrc_srqn(qx, srq_num(x.srq1));
+	CHECK(ibv_wr_complete(qx) == 0, "ibv_wr_complete");
+	expect_wc(x.acq, &wc, 0x61, IBV_WC_SUCCESS, IBV_WC_ATOMIC_WRITE, "XRC atomic write");
+	memcpy(want + 8, val, 8);
+	check_bytes(x.sb.p, want, 32, "XRC atomic write target");
+	expect_no_wc(x.bcq1, 20, "a receive completion for a one-sided op");
 	xl_close(&x);
 }
 
@@ -649,6 +676,7 @@ int main(int argc, char **argv)
 	static const struct subtest tests[] = {
 		SUBTEST(send_two_srqs),
 		SUBTEST(wr_api_write_send),
+		SUBTEST(wr_api_atomic_write),
 		SUBTEST(rnr_then_recv),
 		SUBTEST(bad_srqn),
 		SUBTEST(domain_mismatch),

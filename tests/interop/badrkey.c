@@ -13,8 +13,9 @@
  *                                         rkey flipped, then a good READ
  *   interop_badrkey client ADDR PORT ext  towards a peer that is not
  *                                         softrnic: SEND and WRITE with
- *                                         immediate and both atomics must
- *                                         fail at post time (EOPNOTSUPP),
+ *                                         immediate, both atomics and
+ *                                         atomic write must fail at post
+ *                                         time (EOPNOTSUPP),
  *                                         then a WRITE read back with a
  *                                         READ must carry the bytes, and
  *                                         8 READs posted at once must all
@@ -159,6 +160,7 @@ static int refusals(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, const struc
 		{ IBV_WR_RDMA_WRITE_WITH_IMM, "RDMA_WRITE_WITH_IMM" },
 		{ IBV_WR_ATOMIC_FETCH_AND_ADD, "ATOMIC_FETCH_AND_ADD" },
 		{ IBV_WR_ATOMIC_CMP_AND_SWP, "ATOMIC_CMP_AND_SWP" },
+		{ IBV_WR_ATOMIC_WRITE, "ATOMIC_WRITE" },	/* IBTA 1.5: no iWARP form */
 	};
 	int ok = 1;
 

@@ -284,7 +284,7 @@ case_plain_peer() { # softrnic requester, siw responder: no extensions posted
 	want "$name" || return
 	pair "$name" guest "/mnt/host/interop_badrkey server $GUEST $port 1" "$B/bin/interop_badrkey client $GUEST $port ext"
 	if [ "$crc" = 0 ]; then
-		verdict "$name" pass "imm/atomics refused at post ($(grep -c 'Operation not supported' "$LOG/$name.client")/4), WRITE+READ $(grep -o 'read back [a-z]*' "$LOG/$name.client"), 8 READs at ORD 1"
+		verdict "$name" pass "imm/atomics/atomic write refused at post ($(grep -c 'Operation not supported' "$LOG/$name.client")/5), WRITE+READ $(grep -o 'read back [a-z]*' "$LOG/$name.client"), 8 READs at ORD 1"
 	else verdict "$name" fail "$(grep -E '^post|read back|READ burst' "$LOG/$name.client" | tr '\n' ' ') $(why "$name")"; fi
 }
 
