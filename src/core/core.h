@@ -47,6 +47,7 @@ struct sr_cq;
 struct sr_qp;
 struct sr_srq;
 struct sr_mr;
+struct sr_pd;
 struct sr_chan;
 struct sr_tcp_ctx;
 
@@ -118,20 +119,53 @@ struct sr_space {
 	ino_t fd_ino;			/* ... cmd_fd of it refers to */
 	pid_t owner;			/* the process whose memory it maps */
 	struct sr_list link;		/* in the process-wide list */
-	pthread_mutex_t lock;		/* the graveyard lists */
+	pthread_mutex_t lock;		/* the graveyard lists, pub */
 	struct sr_list grave_pd, grave_mr;
 	atomic_int nmr, nmw;
+	/* The memfd mapped (xspace.c): the owner publishes its PDs and MRs
+	 * there for importers in other processes; NULL if it cannot. */
+	struct xsp_map *pub;
+	pid_t xpid;			/* a proxy: the exporter's pid; else 0 */
+	int pidfd;			/* a proxy: the exporter, or -1 */
 };
 
-/* A new space and its cmd_fd (a memfd carrying a small header: who owns
- * it, so an importer in another process can say why it cannot import). */
+/* A new space and its cmd_fd (a memfd carrying a header, who owns it, and
+ * the table of its PDs and MRs for importers in other processes). */
 int space_create(struct sr_space **out, int *cmd_fd);
-/* The space a cmd_fd (or a dup of it) names, with a reference taken:
- * -EBADF not a descriptor, -EOPNOTSUPP another process's softrnic context,
- * -ENODEV a context of ours that is gone, -EINVAL anything else. */
+/* The space a cmd_fd (or a dup of it) names, with a reference taken; for
+ * another process's context, a proxy of it (xspace.c). -EBADF not a
+ * descriptor, -EPERM no ptrace rights over its owner, -EOPNOTSUPP an
+ * owner that could not publish, -ENODEV a context that is gone, -EINVAL
+ * anything else. */
 int space_find_fd(int fd, struct sr_space **out);
 void space_get(struct sr_space *s);
 void space_put(struct sr_space *s);
+
+/* ---- spaces across processes (xspace.c) ------------------------------- */
+struct xsp_map;
+/* Exporter: a memfd for a new space, header written, sized and sealed. */
+int xspace_fd_create(void);
+/* Exporter: map the memfd's table (after its header is written). */
+void xspace_map_owner(struct sr_space *s, int fd);
+/* Exporter: publish or withdraw a PD handle or MR key (mr NULL for a
+ * PD). Withdrawing waits for importers' copies from the region. */
+void xspace_pub(struct sr_space *s, uint32_t key, const struct sr_pd *pd,
+		const struct sr_mr *mr);
+void xspace_unpub(struct sr_space *s, uint32_t key);
+/* Exporter: its last context closed; importers' accesses fail. */
+void xspace_unmap(struct sr_space *s, bool owner);
+/* Importer: the header of a softrnic memfd from another process. */
+int xspace_fd_header(int fd, pid_t *pid);
+/* Importer: a proxy space for another process's memfd (list lock held). */
+int xspace_proxy(int fd, pid_t pid, struct sr_space *s);
+/* Importer: make sure the proxy holds the PD / MR the exporter published
+ * under handle (-EINVAL unknown, -EPERM no ptrace right, -ENODEV gone). */
+int xspace_import_pd(struct sr_space *s, uint32_t handle);
+int xspace_import_mr(struct sr_space *s, uint32_t handle);
+/* Importer: is the region still the one imported? */
+bool xspace_mr_live(const struct sr_mr *mr);
+/* Importer: copy to or from the exporter's region, checked live. */
+int xspace_copy(const struct sr_mr *mr, bool write, uintptr_t addr, void *buf, size_t len);
 
 /* ---- context ------------------------------------------------------------ */
 struct sr_context {
@@ -205,6 +239,7 @@ struct sr_pd {
 	sr_pd_alloc_fn alloc;		/* parent domain allocators, or NULL */
 	sr_pd_free_fn free;
 	void *pd_context;
+	bool xproc;			/* on obj: another process's PD */
 };
 static inline struct sr_pd *to_pd(struct ibv_pd *p) { return (struct sr_pd *)p; }
 static inline bool pd_is_parent(const struct sr_pd *pd) { return pd->prot != NULL; }
@@ -291,6 +326,12 @@ struct sr_mr {
 	struct sr_dm *dm;		/* ibv_reg_dm_mr: the DM it maps */
 	atomic_int users;		/* placements running + bound MWs */
 	atomic_int mw_binds;
+	/* Another process's region (ibv_import_mr through its cmd_fd):
+	 * vaddr is in that process, and the published entry it was read
+	 * from (slot, generation) must still hold it at every access. */
+	bool xproc;
+	uint32_t xslot;
+	uint64_t xgen;
 };
 static inline struct sr_mr *to_mr(struct ibv_mr *m) { return (struct sr_mr *)m; }
 /* The region an ibv_mr names (itself, or the original of an import). */
@@ -337,6 +378,9 @@ void ah_destroy(struct sr_ah *ah);
 struct sr_mref {
 	uintptr_t addr;
 	atomic_int *users;		/* decrement when done */
+	struct sr_mr *xmr;		/* another process's region: addr is
+					 * there, copy with mref_read/write,
+					 * never dereference; else NULL */
 };
 
 /* Access check + translation for an lkey (local SGE) or rkey (remote):
@@ -372,6 +416,13 @@ int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey);
  * read-only page gives -EFAULT rather than a crash. */
 int mem_read(void *dst, uintptr_t src, size_t len);
 int mem_write(uintptr_t dst, const void *src, size_t len);
+/* The same for a resolved range, which may be another process's
+ * (sr_mref.xmr): copies there go through process_vm_readv/writev. */
+int mref_read(const struct sr_mref *r, void *dst, size_t len);
+int mref_write(const struct sr_mref *r, const void *src, size_t len);
+/* process_vm_readv/writev on another process: 0, -EFAULT (a bad page),
+ * -EPERM (no ptrace right over it), -ESRCH (gone). */
+int mem_xcopy(pid_t pid, bool write, uintptr_t addr, void *buf, size_t len);
 /* 8-byte atomics on application memory, atomic among softrnic atomics.
  * SR_ATOMIC_WRITE stores swap (IBTA 1.5 ATOMIC WRITE). */
 int mem_atomic(uintptr_t addr, int op, uint64_t cmp_or_add, uint64_t swap, uint64_t *orig);

@@ -231,6 +231,10 @@ int dm_import(struct sr_context *ctx, uint32_t handle, struct sr_dm **out)
 	struct sr_list *pos, *tmp;
 	struct sr_dm *orig = NULL, *dm;
 
+	/* A context imported from another process: its DMs are that
+	 * process's memory, and a forked child's list holds only copies. */
+	if (ctx->space->xpid)
+		return -EOPNOTSUPP;
 	dm = calloc(1, sizeof(*dm));
 	if (!dm)
 		return -ENOMEM;

@@ -223,3 +223,47 @@ out:
 	pthread_mutex_unlock(&atomic_lock);
 	return ret;
 }
+
+/* ---- another process's memory (decision 22) ------------------------------ */
+
+int mem_xcopy(pid_t pid, bool write, uintptr_t addr, void *buf, size_t len)
+{
+	struct iovec local = { .iov_base = buf, .iov_len = len };
+	struct iovec remote = { .iov_base = (void *)addr, .iov_len = len };
+
+	while (len) {
+		ssize_t n = write ? process_vm_writev(pid, &local, 1, &remote, 1, 0)
+				  : process_vm_readv(pid, &local, 1, &remote, 1, 0);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EPERM || errno == EACCES)
+				return -EPERM;
+			if (errno == ESRCH || errno == ENOSYS)
+				return -ESRCH;
+			return -EFAULT;
+		}
+		if (n == 0)
+			return -EFAULT;		/* partial: next page is bad */
+		len -= (size_t)n;
+		local.iov_base = (char *)local.iov_base + n;
+		local.iov_len = len;
+		remote.iov_base = (char *)remote.iov_base + n;
+		remote.iov_len = len;
+	}
+	return 0;
+}
+
+int mref_read(const struct sr_mref *r, void *dst, size_t len)
+{
+	if (r->xmr)
+		return xspace_copy(r->xmr, false, r->addr, dst, len);
+	return mem_read(dst, r->addr, len);
+}
+
+int mref_write(const struct sr_mref *r, const void *src, size_t len)
+{
+	if (r->xmr)
+		return xspace_copy(r->xmr, true, r->addr, (void *)src, len);
+	return mem_write(r->addr, src, len);
+}

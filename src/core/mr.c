@@ -67,6 +67,7 @@ static int mr_publish(struct sr_pd *pd, struct sr_mr *mr, struct sr_mr **out)
 	mr->ibmr.lkey = key;
 	mr->ibmr.rkey = key;
 	mr->ibmr.handle = key;		/* ibv_import_mr(3) finds it by this */
+	xspace_pub(space, key, pd, mr);
 	pd_get(pd);
 	atomic_fetch_add(&space->nmr, 1);
 	*out = mr;
@@ -162,9 +163,15 @@ int mr_dereg(struct sr_mr *holder)
 	 * others may only be unimported. */
 	if (mr->dead)
 		return -EINVAL;
+	/* Another process's region: only its owner can destroy it. */
+	if (mr->xproc)
+		return -EOPNOTSUPP;
 	/* A type 1 MW bound to it keeps it alive (ibv_dereg_mr(3): EBUSY). */
 	if (atomic_load(&mr->mw_binds))
 		return -EBUSY;
+	/* Importers in other processes first: this waits for their copies
+	 * from the region, as mr_wait_idle below does for ours. */
+	xspace_unpub(s, mr->ibmr.lkey);
 	keytab_remove(&s->keys, mr->ibmr.lkey);
 	mr_wait_idle(&mr->users, 0);
 	if (mr->dm)
@@ -188,13 +195,22 @@ int mr_import(struct sr_pd *pd, uint32_t handle, struct sr_mr **out)
 	struct sr_keytab *t = &pd->space->keys;
 	struct sr_keyent *e;
 	struct sr_mr *h, *mr;
+	int xret = 0;
 
+	/* Imported from another process: a proxy of the region it
+	 * published (space.c's pd_import says why -EINVAL goes on). */
+	if (pd->space->xpid) {
+		xret = xspace_import_mr(pd->space, handle);
+		if (xret && xret != -EINVAL)
+			return xret;
+	}
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	pthread_rwlock_wrlock(&t->lock);
 	e = keytab_find_locked(t, handle);
-	if (!e || e->kind != SR_KEY_MR || !e->obj) {
+	if (!e || e->kind != SR_KEY_MR || !e->obj ||
+	    (xret && ((struct sr_mr *)e->obj)->xproc)) {
 		pthread_rwlock_unlock(&t->lock);
 		free(h);
 		return -EINVAL;
@@ -238,6 +254,8 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	if (mr->dead || ((flags & IBV_REREG_MR_CHANGE_PD) &&
 			 (pd->obj->dead || pd->space != space)))
 		return -EINVAL;
+	if (mr->xproc)
+		return -EOPNOTSUPP;	/* another process's region */
 	if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
 		      IBV_REREG_MR_CHANGE_ACCESS))
 		return -EINVAL;
@@ -267,6 +285,8 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 			e->obj = NULL;
 	}
 	pthread_rwlock_unlock(&space->keys.lock);
+	/* Importers elsewhere keep the old record: they import again. */
+	xspace_unpub(space, mr->ibmr.lkey);
 	mr_wait_idle(&mr->users, 0);
 
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
@@ -287,6 +307,7 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 			e->obj = mr;
 	}
 	pthread_rwlock_unlock(&space->keys.lock);
+	xspace_pub(space, mr->ibmr.lkey, mr->pd, mr);
 	return 0;
 }
 
@@ -325,7 +346,11 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 			ret = -ERANGE;
 			goto out;
 		}
+		/* Another process's region its owner withdrew. */
+		if (mr->xproc && !xspace_mr_live(mr))
+			goto out;
 		out->addr = mr->vaddr + (uintptr_t)(va - mr->iova);
+		out->xmr = mr->xproc ? mr : NULL;
 		out->users = &mr->users;
 		atomic_fetch_add(&mr->users, 1);
 		ret = 0;
@@ -344,7 +369,10 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 			ret = -ERANGE;
 			goto out;
 		}
+		if (mw->mr->xproc && !xspace_mr_live(mw->mr))
+			goto out;
 		out->addr = mw->mr->vaddr + (uintptr_t)(va - mw->mr->iova);
+		out->xmr = mw->mr->xproc ? mw->mr : NULL;
 		out->users = &mw->mr->users;
 		atomic_fetch_add(&mw->mr->users, 1);
 		ret = 0;

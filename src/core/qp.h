@@ -149,6 +149,16 @@ static inline struct sr_context *qp_rx_ctx(struct sr_qp *qp)
 {
 	return qp->xdom ? to_ctx(qp->rx_srq->ibsrq.context) : qp->ctx;
 }
+/* May the channel move this QP's payloads straight between the socket and
+ * resolved addresses (sendmsg from them, readv into them)? Not in a space
+ * imported from another process: its regions' addresses are that
+ * process's (sr_mref.xmr), so every copy is staged (decision 22). */
+static inline bool qp_zcopy_ok(const struct sr_qp *qp)
+{
+	/* An XRC_RECV QP resolves keys in its SRQ's context (qp_rx_ctx). */
+	return !qp->ctx->space->xpid &&
+	       !(qp->xdom && qp->rx_srq && to_ctx(qp->rx_srq->ibsrq.context)->space->xpid);
+}
 static inline struct sr_swqe *sq_at(struct sr_qp *qp, uint32_t i)
 {
 	return (struct sr_swqe *)(qp->sq_buf + (size_t)(i & (qp->sq_size - 1)) * qp->sq_stride);

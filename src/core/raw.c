@@ -160,7 +160,7 @@ static enum ibv_wc_status raw_gather(struct sr_qp *qp, struct sr_swqe *w, struct
 			continue;
 		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length, 0, false, &ref))
 			return IBV_WC_LOC_PROT_ERR;
-		ret = mem_read(m->payload + off, ref.addr, s->length);
+		ret = mref_read(&ref, m->payload + off, s->length);
 		mr_release(&ref);
 		if (ret)
 			return IBV_WC_LOC_PROT_ERR;
@@ -236,7 +236,7 @@ static enum ibv_wc_status raw_scatter(struct sr_context *ctx, struct sr_pd *pd,
 		if (mr_resolve(ctx, pd, r->sge[i].lkey, r->sge[i].addr, n,
 			       IBV_ACCESS_LOCAL_WRITE, false, &ref))
 			return IBV_WC_LOC_PROT_ERR;
-		ret = mem_write(ref.addr, frame + off, n);
+		ret = mref_write(&ref, frame + off, n);
 		mr_release(&ref);
 		if (ret)
 			return IBV_WC_LOC_PROT_ERR;

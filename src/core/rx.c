@@ -105,7 +105,7 @@ static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr
 		if (mr_resolve(qp_rx_ctx(qp), qp_rx_pd(qp), s->lkey, s->addr, n,
 			       IBV_ACCESS_LOCAL_WRITE, false, &ref))
 			return IBV_WC_LOC_PROT_ERR;
-		if (mem_write(ref.addr, m->payload + off, n)) {
+		if (mref_write(&ref, m->payload + off, n)) {
 			mr_release(&ref);
 			return IBV_WC_LOC_PROT_ERR;
 		}
@@ -174,7 +174,7 @@ static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return RX_DONE;
 		}
-		if (mem_write(ref.addr, m->payload, m->len)) {
+		if (mref_write(&ref, m->payload, m->len)) {
 			mr_release(&ref);
 			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return RX_DONE;
@@ -195,8 +195,11 @@ int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
 	int n = 0;
 
 	pthread_mutex_lock(&qp->lock);
-	/* XRC receives take the staged path (rx_request finds their SRQ). */
+	/* XRC receives take the staged path (rx_request finds their SRQ),
+	 * and so does all of a context imported from another process: its
+	 * regions may be that process's memory (qp_zcopy_ok). */
 	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || qp->xdom ||
+	    !qp_zcopy_ok(qp) ||
 	    !sr_list_empty(&qp->rx_pending) || !take_rwqe(qp, r)) {
 		pthread_mutex_unlock(&qp->lock);
 		return -EAGAIN;
@@ -228,7 +231,7 @@ int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
 
 	pthread_mutex_lock(&qp->lock);
 	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || qp->xdom ||
-	    !sr_list_empty(&qp->rx_pending)) {
+	    !qp_zcopy_ok(qp) || !sr_list_empty(&qp->rx_pending)) {
 		pthread_mutex_unlock(&qp->lock);
 		return -EAGAIN;
 	}
@@ -282,6 +285,8 @@ int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
 	struct sr_swqe *w;
 	int ret = -EAGAIN;
 
+	if (!qp_zcopy_ok(qp))
+		return -EAGAIN;
 	pthread_mutex_lock(&qp->lock);
 	w = qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE ? sq_find_sent_locked(qp, msn) : NULL;
 	if (w && w->opcode == IBV_WR_RDMA_READ)
@@ -313,7 +318,7 @@ static enum rx_result rx_read(struct sr_qp *qp, struct sr_msg *m)
 	struct sr_msg *r;
 	/* A large response goes by reference, read by the channel straight
 	 * from the registered memory (as a SEND's payload does). */
-	bool by_ref = qp->chan && qp->chan->zcopy && m->rd_len >= 4096;
+	bool by_ref = qp->chan && qp->chan->zcopy && qp_zcopy_ok(qp) && m->rd_len >= 4096;
 
 	r = msg_alloc(by_ref ? 0 : m->rd_len);
 	if (r && by_ref) {
@@ -340,7 +345,7 @@ static enum rx_result rx_read(struct sr_qp *qp, struct sr_msg *m)
 		r->len = m->rd_len;
 	} else if (m->rd_len) {
 		if (rx_resolve(qp, m, m->rd_len, IBV_ACCESS_REMOTE_READ, &ref) ||
-		    mem_read(r->payload, ref.addr, m->rd_len)) {
+		    mref_read(&ref, r->payload, m->rd_len)) {
 			mr_release(&ref);
 			msg_free(r);
 			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
@@ -365,7 +370,9 @@ static enum rx_result rx_atomic(struct sr_qp *qp, struct sr_msg *m)
 		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
 		return RX_DONE;
 	}
-	if (rx_resolve(qp, m, 8, IBV_ACCESS_REMOTE_ATOMIC, &ref) ||
+	/* Another process's region: its atomics are ordered by its own
+	 * lock, which we cannot take (docs/COMPAT.md). */
+	if (rx_resolve(qp, m, 8, IBV_ACCESS_REMOTE_ATOMIC, &ref) || ref.xmr ||
 	    mem_atomic(ref.addr, m->atomic_op, m->atomic_op == SR_ATOMIC_CMP_SWP ? m->compare
 									      : m->add_swap,
 		       m->add_swap, &orig)) {
@@ -400,7 +407,9 @@ static enum rx_result rx_atomic_write(struct sr_qp *qp, struct sr_msg *m)
 		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
 		return RX_DONE;
 	}
-	if (rx_resolve(qp, m, 8, IBV_ACCESS_REMOTE_WRITE, &ref) ||
+	/* Not on another process's region (ref.xmr): its atomics are
+	 * ordered by that process's lock, and ref.addr is not ours. */
+	if (rx_resolve(qp, m, 8, IBV_ACCESS_REMOTE_WRITE, &ref) || ref.xmr ||
 	    mem_atomic(ref.addr, SR_ATOMIC_WRITE, 0, m->add_swap, &orig)) {
 		mr_release(&ref);
 		rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
@@ -497,7 +506,7 @@ static enum ibv_wc_status land_read(struct sr_qp *qp, struct sr_swqe *w, struct 
 		if (n < 0)
 			return IBV_WC_LOC_PROT_ERR;
 		for (int i = 0; i < n; i++) {
-			bad |= mem_write((uintptr_t)iov[i].iov_base, m->payload + off, iov[i].iov_len);
+			bad |= mref_write(&refs[i], m->payload + off, iov[i].iov_len);
 			off += iov[i].iov_len;
 			mr_release(&refs[i]);
 		}
@@ -613,7 +622,7 @@ static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 			st = IBV_WC_LOC_PROT_ERR;
 			break;
 		}
-		if (mem_write(ref.addr, &m->orig, 8))
+		if (mref_write(&ref, &m->orig, 8))
 			st = IBV_WC_LOC_PROT_ERR;
 		mr_release(&ref);
 		break;

@@ -10,11 +10,11 @@
  * it, so an importer finds the space by the descriptor's inode, whatever
  * number dup() or SCM_RIGHTS gave it.
  *
- * The memfd holds a small header (magic, owner pid). A descriptor passed to
- * another process still identifies the space, but its memory (the regions
- * behind the keys) is the owner's: importing there is refused with
- * EOPNOTSUPP, which the header lets us tell from a descriptor that is not
- * ours at all (docs/COMPAT.md).
+ * The memfd holds a header (magic, owner pid) and a table where the owner
+ * publishes its PD handles and MR keys. A descriptor passed to another
+ * process still identifies the space, but its regions are the owner's
+ * memory: the importer builds a proxy space from the table, whose MRs it
+ * reaches with process_vm_readv/writev (xspace.c, docs/COMPAT.md).
  */
 #include "core/core.h"
 
@@ -26,87 +26,102 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SPACE_MAGIC "softrnic-space-1"
-
-struct space_hdr {
-	char magic[16];
-	int32_t pid;
-};
-
 static pthread_mutex_t space_list_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sr_list space_list = { &space_list, &space_list };
 
 static int space_fd_open(void)
 {
-	struct space_hdr h = { .pid = getpid() };
-	int fd;
+	int fd = xspace_fd_create();
 
-	memcpy(h.magic, SPACE_MAGIC, sizeof(h.magic));
-	fd = memfd_create("softrnic-cmd", MFD_CLOEXEC);
-	if (fd >= 0) {
-		if (pwrite(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h))
-			return fd;
-		close(fd);
-	}
+	if (fd >= 0)
+		return fd;
 	/* No memfd (old kernel, seccomp): any descriptor with an inode of
 	 * its own still names the space within the process. */
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	return fd < 0 ? -errno : fd;
 }
 
-int space_create(struct sr_space **out, int *cmd_fd)
+/* What every space starts with, local or a proxy. */
+static struct sr_space *space_alloc(const struct stat *st)
 {
-	struct sr_space *s;
-	struct stat st;
-	int fd, ret;
+	struct sr_space *s = calloc(1, sizeof(*s));
 
-	s = calloc(1, sizeof(*s));
 	if (!s)
-		return -ENOMEM;
-	ret = keytab_init(&s->keys);
-	if (ret)
-		goto err_free;
-	fd = space_fd_open();
-	if (fd < 0) {
-		ret = fd;
-		goto err_keys;
+		return NULL;
+	if (keytab_init(&s->keys)) {
+		free(s);
+		return NULL;
 	}
-	if (fstat(fd, &st) < 0) {
-		ret = -errno;
-		goto err_fd;
-	}
-	s->fd_dev = st.st_dev;
-	s->fd_ino = st.st_ino;
+	s->fd_dev = st->st_dev;
+	s->fd_ino = st->st_ino;
 	s->owner = getpid();
+	s->pidfd = -1;
 	atomic_init(&s->refs, 1);
 	pthread_mutex_init(&s->lock, NULL);
 	sr_list_init(&s->grave_pd);
 	sr_list_init(&s->grave_mr);
+	return s;
+}
+
+static void space_free_graves(struct sr_space *s);
+
+static void space_free(struct sr_space *s)
+{
+	xspace_unmap(s, !s->xpid);
+	space_free_graves(s);
+	keytab_destroy(&s->keys);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+int space_create(struct sr_space **out, int *cmd_fd)
+{
+	struct sr_space *s;
+	struct stat st;
+	int fd;
+
+	fd = space_fd_open();
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0 || !(s = space_alloc(&st))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	/* Publish PDs and MRs for importers in other processes. */
+	xspace_map_owner(s, fd);
 	pthread_mutex_lock(&space_list_lock);
 	sr_list_add_tail(&space_list, &s->link);
 	pthread_mutex_unlock(&space_list_lock);
 	*out = s;
 	*cmd_fd = fd;
 	return 0;
-
-err_fd:
-	close(fd);
-err_keys:
-	keytab_destroy(&s->keys);
-err_free:
-	free(s);
-	return ret;
 }
 
-/* Why a descriptor names no space of ours: see space_find_fd. */
-static int space_fd_why(int fd)
+/* A descriptor no space of this process answers to: another process's
+ * context (build a proxy of it), or why not. List lock held, so that two
+ * imports of one descriptor share one proxy. */
+static int space_fd_other(int fd, const struct stat *st, struct sr_space **out)
 {
-	struct space_hdr h;
+	struct sr_space *s;
+	pid_t pid;
+	int ret;
 
-	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-	    memcmp(h.magic, SPACE_MAGIC, sizeof(h.magic)))
-		return -EINVAL;
-	return h.pid == getpid() ? -ENODEV : -EOPNOTSUPP;
+	ret = xspace_fd_header(fd, &pid);
+	if (ret)
+		return ret;
+	if (pid == getpid())
+		return -ENODEV;		/* ours, and gone */
+	s = space_alloc(st);
+	if (!s)
+		return -ENOMEM;
+	ret = xspace_proxy(fd, pid, s);
+	if (ret) {
+		space_free(s);
+		return ret;
+	}
+	sr_list_add_tail(&space_list, &s->link);
+	*out = s;
+	return 0;
 }
 
 int space_find_fd(int fd, struct sr_space **out)
@@ -122,22 +137,20 @@ int space_find_fd(int fd, struct sr_space **out)
 	sr_list_for_each_safe(pos, tmp, &space_list) {
 		struct sr_space *s = container_of(pos, struct sr_space, link);
 
-		if (s->fd_dev != st.st_dev || s->fd_ino != st.st_ino)
-			continue;
 		/* A forked child sees its parent's spaces in its copy of
-		 * memory, but the regions behind them are not its own. */
-		if (s->owner != getpid()) {
-			ret = -EOPNOTSUPP;
-			break;
-		}
+		 * memory, but the regions behind them are not its own: it
+		 * imports them as any other process does. */
+		if (s->fd_dev != st.st_dev || s->fd_ino != st.st_ino ||
+		    s->owner != getpid())
+			continue;
 		space_get(s);
 		*out = s;
 		break;
 	}
+	if (!*out)
+		ret = space_fd_other(fd, &st, out);
 	pthread_mutex_unlock(&space_list_lock);
-	if (ret || *out)
-		return ret;
-	return space_fd_why(fd);
+	return ret;
 }
 
 void space_get(struct sr_space *s)
@@ -166,10 +179,7 @@ void space_put(struct sr_space *s)
 	}
 	sr_list_del(&s->link);
 	pthread_mutex_unlock(&space_list_lock);
-	space_free_graves(s);
-	keytab_destroy(&s->keys);
-	pthread_mutex_destroy(&s->lock);
-	free(s);
+	space_free(s);
 }
 
 /* Keep a holder's memory until the space goes (see struct sr_space). */
@@ -208,6 +218,7 @@ int pd_alloc(struct sr_context *ctx, struct sr_pd **out)
 	}
 	pd->ibpd.context = &ctx->vctx.context;
 	pd->ibpd.handle = handle;
+	xspace_pub(ctx->space, handle, pd, NULL);
 	atomic_fetch_add(&ctx->npd, 1);
 	*out = pd;
 	return 0;
@@ -231,12 +242,16 @@ int pd_dealloc(struct sr_pd *pd)
 	}
 	if (obj->dead)
 		return -EINVAL;
+	/* Another process's PD: only its owner can destroy it. */
+	if (obj->xproc)
+		return -EOPNOTSUPP;
 	/* ibv_alloc_pd(3): fails if any other object still uses the PD,
 	 * whichever context it was made in. */
 	if (atomic_load(&obj->refs))
 		return -EBUSY;
 	/* Once the handle is out, no import can find the PD; one that found
 	 * it before marked it shared under the same lock, seen below. */
+	xspace_unpub(s, obj->ibpd.handle);
 	keytab_remove(&s->keys, obj->ibpd.handle);
 	obj->dead = true;
 	atomic_fetch_sub(&to_ctx(pd->ibpd.context)->npd, 1);
@@ -256,15 +271,27 @@ int pd_import(struct sr_context *ctx, uint32_t handle, struct sr_pd **out)
 	struct sr_keytab *t = &ctx->space->keys;
 	struct sr_keyent *e;
 	struct sr_pd *pd, *obj;
+	int xret = 0;
 
 	if (atomic_load(&ctx->npd) >= SR_MAX_PD)
 		return -ENOMEM;
+
+	/* Imported from another process: the proxy of the PD it published
+	 * (the first import makes it). -EINVAL: not published, which is
+	 * fine for a PD this process made on the proxy space, and not for
+	 * a proxy whose PD is gone. */
+	if (ctx->space->xpid) {
+		xret = xspace_import_pd(ctx->space, handle);
+		if (xret && xret != -EINVAL)
+			return xret;
+	}
 	pd = calloc(1, sizeof(*pd));
 	if (!pd)
 		return -ENOMEM;
 	pthread_rwlock_wrlock(&t->lock);
 	e = keytab_find_locked(t, handle);
-	if (!e || e->kind != SR_KEY_PD || !e->obj) {
+	if (!e || e->kind != SR_KEY_PD || !e->obj ||
+	    (xret && ((struct sr_pd *)e->obj)->xproc)) {
 		pthread_rwlock_unlock(&t->lock);
 		free(pd);
 		return -EINVAL;

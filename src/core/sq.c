@@ -138,7 +138,7 @@ static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *b
 			continue;
 		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length, 0, false, &r))
 			return IBV_WC_LOC_PROT_ERR;
-		if (mem_read(buf + off, r.addr, s->length)) {
+		if (mref_read(&r, buf + off, s->length)) {
 			mr_release(&r);
 			return IBV_WC_LOC_PROT_ERR;
 		}
@@ -234,8 +234,8 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
 	struct sr_msg *m;
 
 	/* Large payloads go by reference where the channel takes that. */
-	bool by_ref = carries && qp->chan->zcopy && !(w->flags & IBV_SEND_INLINE) &&
-		      w->length >= 4096;
+	bool by_ref = carries && qp->chan->zcopy && qp_zcopy_ok(qp) &&
+		      !(w->flags & IBV_SEND_INLINE) && w->length >= 4096;
 
 	*st = IBV_WC_SUCCESS;
 	m = msg_alloc(carries && !by_ref ? (uint32_t)w->length : 0);

@@ -129,6 +129,8 @@ static int ud_send_one(struct sr_qp *qp, struct sr_swqe *w)
 		.len = (uint32_t)w->length,
 	};
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	uint8_t bounce[SR_MAX_INLINE];	/* UD messages are at most the MTU */
+	size_t bounced = 0;
 	int n = 1, nref = 0, ret;
 
 	if (ud_hdr_encode(hdr, sizeof(hdr), &h) < 0) {
@@ -152,7 +154,20 @@ static int ud_send_one(struct sr_qp *qp, struct sr_swqe *w)
 				st = IBV_WC_LOC_PROT_ERR;
 				goto release;
 			}
-			iov[n++] = (struct iovec){ (void *)refs[nref].addr, s->length };
+			if (refs[nref].xmr) {
+				/* Another process's memory: staged (decision
+				 * 22); a UD message fits the bounce buffer. */
+				if (bounced + s->length > sizeof(bounce) ||
+				    mref_read(&refs[nref], bounce + bounced, s->length)) {
+					nref++;
+					st = IBV_WC_LOC_PROT_ERR;
+					goto release;
+				}
+				iov[n++] = (struct iovec){ bounce + bounced, s->length };
+				bounced += s->length;
+			} else {
+				iov[n++] = (struct iovec){ (void *)refs[nref].addr, s->length };
+			}
 			nref++;
 		}
 	}
@@ -220,7 +235,7 @@ static enum ibv_wc_status ud_scatter(struct sr_qp *qp, struct sr_rwqe *r,
 				if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr + doff, n,
 					       IBV_ACCESS_LOCAL_WRITE, false, &ref))
 					return IBV_WC_LOC_PROT_ERR;
-				if (mem_write(ref.addr, (const uint8_t *)src[si].iov_base + soff, n)) {
+				if (mref_write(&ref, (const uint8_t *)src[si].iov_base + soff, n)) {
 					mr_release(&ref);
 					return IBV_WC_LOC_PROT_ERR;
 				}

@@ -69,7 +69,8 @@ SR_EXPORT int ibv_close_device(struct ibv_context *context)
 
 /* ibv_import_device(3): a second context on the objects of the one whose
  * cmd_fd was dup'ed; it owns cmd_fd and ibv_close_device closes it. From
- * another process: EOPNOTSUPP (core/space.c says why). */
+ * another process, a context on a proxy of that process's objects
+ * (core/xspace.c). */
 SR_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
 {
 	struct sr_context *ctx;

@@ -3,13 +3,16 @@
  * cmd_fd shares its PDs and MRs by handle: imported objects carry the same
  * handles and keys, an imported MR works as a local SGE in the importer's
  * QPs and its rkey works for a peer, unimport leaves the object alone, and
- * destroying through one holder behaves as the man pages say. */
+ * destroying through one holder behaves as the man pages say. Across
+ * processes, the importer's accesses to an imported MR are the exporter's
+ * memory (process_vm_readv/writev). */
 #include "common.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -437,9 +440,9 @@ static int recv_fd(int sock)
 }
 
 /* What cannot be imported, and the errno that says why: not a descriptor,
- * not a softrnic one, a context that is gone, and another process's
- * context (docs/COMPAT.md: importing across processes is not supported),
- * whether it inherited the descriptor or got it through SCM_RIGHTS. */
+ * not a softrnic one, a context that is gone. Another process's context
+ * imports, whether the descriptor was inherited or came through
+ * SCM_RIGHTS (the cross-process subtest below uses it). */
 static void import_errors(void)
 {
 	struct tctx t;
@@ -460,21 +463,41 @@ static void import_errors(void)
 	keep = dup(t.ctx->cmd_fd);
 	CHECK(keep >= 0, "dup");
 	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+	/* Yama's ptrace_scope 1 would let only our ancestors read us. */
+	prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 	pid_t pid = fork();
 
 	CHECK(pid >= 0, "fork");
 	if (pid == 0) {
+		struct ibv_context *c;
+		struct ibv_pd *pd;
 		int code = 0, fd;
 
-		/* Inherited across fork: the parent's memory, not ours. */
-		errno = 0;
-		if (ibv_import_device(keep) || errno != EOPNOTSUPP)
+		/* Inherited across fork: the parent's space, by proxy. */
+		c = ibv_import_device(keep);
+		if (!c)
 			code |= 1;
+		pd = c ? ibv_import_pd(c, t.pd->handle) : NULL;
+		if (!pd)
+			code |= 4;
+		errno = 0;
+		if (c && (ibv_import_pd(c, t.pd->handle ^ 1) || errno != EINVAL))
+			code |= 8;
+		if (pd) {
+			errno = 0;
+			if (ibv_dealloc_pd(pd) != EOPNOTSUPP)
+				code |= 16;
+			ibv_unimport_pd(pd);
+		}
+		if (c)
+			ibv_close_device(c);
 		/* Received from a process whose context we never saw. */
 		fd = recv_fd(sv[1]);
-		errno = 0;
-		if (fd < 0 || ibv_import_device(fd) || errno != EOPNOTSUPP)
+		c = fd >= 0 ? ibv_import_device(fd) : NULL;
+		if (!c)
 			code |= 2;
+		else
+			ibv_close_device(c);
 		_exit(code);
 	}
 	/* A context the child's memory has never seen. */
@@ -484,7 +507,8 @@ static void import_errors(void)
 	send_fd(sv[0], late->cmd_fd);
 	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-	      "child: status %#x (1: inherited fd, 2: passed fd)", status);
+	      "child: status %#x (1: inherited fd, 2: passed fd, 4: PD, "
+	      "8: unknown PD, 16: dealloc)", status);
 	close(sv[0]);
 	close(sv[1]);
 	CHECK(ibv_close_device(late) == 0, "close");
@@ -497,12 +521,313 @@ static void import_errors(void)
 	close(keep);
 }
 
+/* ---- across processes ---------------------------------------------------- */
+
+#define XLEN 16384		/* above 4 KiB: the zero-copy paths' size */
+
+/* What the exporter tells the importer, with its cmd_fd. */
+struct xmsg {
+	uint32_t pd_handle, mr_handle, qpn;
+	uint64_t addr;
+};
+
+static void xsend(int sock, const void *p, size_t len)
+{
+	CHECK(write(sock, p, len) == (ssize_t)len, "write: %s", strerror(errno));
+}
+
+static void xrecv(int sock, void *p, size_t len)
+{
+	CHECK(read(sock, p, len) == (ssize_t)len, "read: %s", strerror(errno));
+}
+
+static void xconnect(struct tctx *t, struct ibv_qp *qp, uint32_t dest)
+{
+	qp_to_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+		   IBV_ACCESS_REMOTE_ATOMIC);
+	qp_to_rtr(t, qp, dest, IBV_MTU_1024, 0, 4);
+	qp_to_rts(qp, 0, 4);
+}
+
+/* Process B: imports A's context, PD and MR; SENDs from the MR to A and
+ * to a QP of its own; serves A's WRITE and READ on the rkey; after A
+ * deregisters, fails cleanly. */
+static void ximporter(int sock)
+{
+	struct qp_end x, p, q;
+	struct tctx t = { 0 };
+	struct ibv_pd *ipd;
+	struct ibv_mr *imr, *rimr, *lmr;
+	struct ibv_wc wc;
+	struct xmsg m;
+	uint8_t *want, *lbuf;
+	char go;
+	int fd;
+
+	fd = recv_fd(sock);
+	CHECK(fd >= 0, "no cmd_fd received");
+	xrecv(sock, &m, sizeof(m));
+	t.ctx = ibv_import_device(fd);
+	CHECK(t.ctx, "ibv_import_device from another process: %s", strerror(errno));
+	CHECK(ibv_query_gid(t.ctx, 1, 0, &t.gid) == 0, "ibv_query_gid");
+	CHECK(ibv_query_device(t.ctx, &t.dattr) == 0, "ibv_query_device");
+	ipd = ibv_import_pd(t.ctx, m.pd_handle);
+	CHECK(ipd && ipd->handle == m.pd_handle, "ibv_import_pd: %s", strerror(errno));
+	imr = ibv_import_mr(ipd, m.mr_handle);
+	CHECK(imr, "ibv_import_mr: %s", strerror(errno));
+	CHECK(imr->lkey == m.mr_handle && imr->rkey == m.mr_handle &&
+	      imr->length == XLEN && !imr->addr, "imported MR: lkey %#x rkey %#x "
+	      "length %zu addr %p", imr->lkey, imr->rkey, imr->length, imr->addr);
+	want = malloc(XLEN);
+	lbuf = calloc(1, XLEN);
+	CHECK(want && lbuf, "malloc");
+	fill_pattern(want, XLEN, 1);
+	lmr = ibv_reg_mr(ipd, lbuf, XLEN, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(lmr, "ibv_reg_mr on the imported PD: %s", strerror(errno));
+
+	/* x: TCP to A's QP; p -> q: within this process. */
+	end_on(t.ctx, ipd, &x);
+	end_on(t.ctx, ipd, &p);
+	end_on(t.ctx, ipd, &q);
+	xsend(sock, &x.qp->qp_num, sizeof(x.qp->qp_num));
+	xconnect(&t, x.qp, m.qpn);
+	xconnect(&t, p.qp, q.qp->qp_num);
+	xconnect(&t, q.qp, p.qp->qp_num);
+
+	/* SEND gathered from A's memory, to a QP of ours... */
+	post_recv1(q.qp, 1, lbuf, XLEN, lmr->lkey);
+	CHECK(post_send1(p.qp, IBV_WR_SEND, 2, (void *)(uintptr_t)m.addr, XLEN,
+			 imr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(p.scq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_SEND, "send from import");
+	expect_wc(q.rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv in importer");
+	CHECK(wc.byte_len == XLEN, "byte_len %u", wc.byte_len);
+	check_bytes(lbuf, want, XLEN, "SEND from the imported MR (importer's QP)");
+
+	/* ... and to A's, over TCP; A compares. */
+	CHECK(post_send1(x.qp, IBV_WR_SEND, 3, (void *)(uintptr_t)m.addr, XLEN,
+			 imr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(x.scq, &wc, 3, IBV_WC_SUCCESS, IBV_WC_SEND, "send to exporter");
+
+	/* A WRITEs and READs through the rkey; we only serve. Then it
+	 * re-registers: the record we imported is withdrawn, and a new
+	 * import sees the new one (what A's READ left: pattern 3). */
+	xrecv(sock, &go, 1);
+	CHECK(go == 'r', "exporter says %c", go);
+	rimr = ibv_import_mr(ipd, m.mr_handle);
+	CHECK(rimr, "ibv_import_mr after rereg: %s", strerror(errno));
+	fill_pattern(want, XLEN, 3);
+	post_recv1(q.qp, 5, lbuf, XLEN, lmr->lkey);
+	CHECK(post_send1(p.qp, IBV_WR_SEND, 6, (void *)(uintptr_t)m.addr, XLEN,
+			 rimr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(p.scq, &wc, 6, IBV_WC_SUCCESS, IBV_WC_SEND, "send after rereg");
+	expect_wc(q.rcq, &wc, 5, IBV_WC_SUCCESS, IBV_WC_RECV, "recv after rereg");
+	check_bytes(lbuf, want, XLEN, "SEND from the re-imported MR");
+	xsend(sock, "R", 1);
+	xrecv(sock, &go, 1);
+	CHECK(go == 'd', "exporter says %c", go);
+
+	/* A deregistered: the region is gone for us too. */
+	CHECK(post_send1(p.qp, IBV_WR_SEND, 4, (void *)(uintptr_t)m.addr, 64,
+			 rimr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(p.scq, &wc, 4, IBV_WC_LOC_PROT_ERR, -1, "send after dereg");
+	errno = 0;
+	CHECK(!ibv_import_mr(ipd, m.mr_handle) && errno == EINVAL,
+	      "import after dereg: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_dereg_mr(rimr) == EOPNOTSUPP, "dereg of another process's MR");
+	xsend(sock, "w", 1);
+	/* A's WRITE to the dead rkey errs the connection; wait for A. */
+	xrecv(sock, &go, 1);
+
+	end_free(&x);
+	end_free(&p);
+	end_free(&q);
+	CHECK(ibv_dereg_mr(lmr) == 0, "dereg own MR");
+	ibv_unimport_mr(imr);
+	ibv_unimport_mr(rimr);
+	ibv_unimport_pd(ipd);
+	CHECK(ibv_close_device(t.ctx) == 0, "close imported context");
+	free(want);
+	free(lbuf);
+}
+
+static void cross_process(void)
+{
+	struct tctx t;
+	struct qp_end y;
+	struct buf a, yb;
+	struct ibv_wc wc;
+	struct xmsg m;
+	uint32_t xqpn;
+	int sv[2], status;
+	char go;
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+	pid_t pid = fork();
+
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		close(sv[0]);
+		ximporter(sv[1]);
+		_exit(0);
+	}
+	close(sv[1]);
+	/* Yama's ptrace_scope 1 would let only our ancestors read us. */
+	prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+	tctx_open(&t);
+	buf_alloc(&t, &a, XLEN, ACC_ALL);
+	buf_alloc(&t, &yb, XLEN, ACC_ALL);
+	fill_pattern(a.p, XLEN, 1);
+	end_on(t.ctx, t.pd, &y);
+	m = (struct xmsg){ .pd_handle = t.pd->handle, .mr_handle = a.mr->handle,
+			   .qpn = y.qp->qp_num, .addr = (uintptr_t)a.p };
+	send_fd(sv[0], t.ctx->cmd_fd);
+	xsend(sv[0], &m, sizeof(m));
+	xrecv(sv[0], &xqpn, sizeof(xqpn));
+	xconnect(&t, y.qp, xqpn);
+
+	/* B's SEND, gathered from our buffer by B. */
+	post_recv1(y.qp, 1, yb.p, XLEN, yb.mr->lkey);
+	expect_wc(y.rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv from importer");
+	CHECK(wc.byte_len == XLEN, "byte_len %u", wc.byte_len);
+	check_bytes(yb.p, a.p, XLEN, "SEND from the imported MR (exporter's QP)");
+
+	/* WRITE through B, by the imported rkey: lands in our buffer. */
+	fill_pattern(yb.p, XLEN, 2);
+	CHECK(post_send1(y.qp, IBV_WR_RDMA_WRITE, 2, yb.p, XLEN, yb.mr->lkey,
+			 IBV_SEND_SIGNALED, (uintptr_t)a.p, a.mr->rkey, 0) == 0,
+	      "post WRITE");
+	expect_wc(y.scq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "write");
+	check_bytes(a.p, yb.p, XLEN, "WRITE by rkey through the importer");
+
+	/* READ through B: B reads our buffer for us. */
+	fill_pattern(a.p, XLEN, 3);
+	memset(yb.p, 0, XLEN);
+	CHECK(post_send1(y.qp, IBV_WR_RDMA_READ, 3, yb.p, XLEN, yb.mr->lkey,
+			 IBV_SEND_SIGNALED, (uintptr_t)a.p, a.mr->rkey, 0) == 0,
+	      "post READ");
+	expect_wc(y.scq, &wc, 3, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "read");
+	check_bytes(yb.p, a.p, XLEN, "READ by rkey through the importer");
+
+	/* Re-registered (same key): B imports the new record. */
+	CHECK(ibv_rereg_mr(a.mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+			   ACC_ALL) == 0, "ibv_rereg_mr: %s", strerror(errno));
+	xsend(sv[0], "r", 1);
+	xrecv(sv[0], &go, 1);
+	CHECK(go == 'R', "importer says %c", go);
+
+	/* Deregistered here: B's accesses fail, and B's responder refuses
+	 * our WRITE to the rkey (last on this connection: it ends it). */
+	CHECK(ibv_dereg_mr(a.mr) == 0, "dereg");
+	a.mr = NULL;
+	xsend(sv[0], "d", 1);
+	xrecv(sv[0], &go, 1);
+	CHECK(go == 'w', "importer says %c", go);
+	/* The rkey is dead for B's responder too. */
+	memset(a.p, 0x5a, XLEN);
+	CHECK(post_send1(y.qp, IBV_WR_RDMA_WRITE, 4, yb.p, 64, yb.mr->lkey,
+			 IBV_SEND_SIGNALED, (uintptr_t)a.p, m.mr_handle, 0) == 0,
+	      "post WRITE");
+	expect_wc(y.scq, &wc, 4, IBV_WC_REM_ACCESS_ERR, -1, "write after dereg");
+	check_filled(a.p, 0x5a, XLEN, "buffer after the refused WRITE");
+	xsend(sv[0], "e", 1);
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "importer: status %#x", status);
+	close(sv[0]);
+	end_free(&y);
+	buf_free(&a);
+	buf_free(&yb);
+	tctx_close(&t);
+}
+
+/* The exporter exits: the importer's SGEs fail, nothing crashes, and a
+ * new import says the exporter is gone. Here the child exports. */
+static void exporter_exits(void)
+{
+	struct tctx t = { 0 };
+	struct qp_end p, q;
+	struct ibv_pd *ipd;
+	struct ibv_mr *imr, *lmr;
+	struct ibv_wc wc;
+	struct xmsg m;
+	uint8_t *lbuf;
+	int sv[2], status;
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+	pid_t pid = fork();
+
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		struct tctx a;
+		struct buf b;
+		char go;
+
+		close(sv[0]);
+		prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+		tctx_open(&a);
+		buf_alloc(&a, &b, XLEN, ACC_ALL);
+		fill_pattern(b.p, XLEN, 7);
+		m = (struct xmsg){ .pd_handle = a.pd->handle,
+				   .mr_handle = b.mr->handle,
+				   .addr = (uintptr_t)b.p };
+		send_fd(sv[1], a.ctx->cmd_fd);
+		xsend(sv[1], &m, sizeof(m));
+		xrecv(sv[1], &go, 1);
+		_exit(0);	/* no cleanup: as if it crashed */
+	}
+	close(sv[1]);
+	int fd = recv_fd(sv[0]);
+
+	CHECK(fd >= 0, "no cmd_fd");
+	xrecv(sv[0], &m, sizeof(m));
+	t.ctx = ibv_import_device(fd);
+	CHECK(t.ctx, "ibv_import_device: %s", strerror(errno));
+	CHECK(ibv_query_gid(t.ctx, 1, 0, &t.gid) == 0, "ibv_query_gid");
+	ipd = ibv_import_pd(t.ctx, m.pd_handle);
+	CHECK(ipd, "ibv_import_pd: %s", strerror(errno));
+	imr = ibv_import_mr(ipd, m.mr_handle);
+	CHECK(imr, "ibv_import_mr: %s", strerror(errno));
+	lbuf = calloc(1, XLEN);
+	CHECK(lbuf, "calloc");
+	lmr = ibv_reg_mr(ipd, lbuf, XLEN, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(lmr, "ibv_reg_mr: %s", strerror(errno));
+	end_on(t.ctx, ipd, &p);
+	end_on(t.ctx, ipd, &q);
+	xconnect(&t, p.qp, q.qp->qp_num);
+	xconnect(&t, q.qp, p.qp->qp_num);
+	post_recv1(q.qp, 1, lbuf, XLEN, lmr->lkey);
+	CHECK(post_send1(p.qp, IBV_WR_SEND, 2, (void *)(uintptr_t)m.addr, XLEN,
+			 imr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(p.scq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_SEND, "send");
+	expect_wc(q.rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
+
+	xsend(sv[0], "q", 1);
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	CHECK(post_send1(p.qp, IBV_WR_SEND, 3, (void *)(uintptr_t)m.addr, 64,
+			 imr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(p.scq, &wc, 3, IBV_WC_LOC_PROT_ERR, -1, "send after exit");
+	errno = 0;
+	CHECK(!ibv_import_mr(ipd, m.mr_handle) && errno == ENODEV,
+	      "import after exit: errno %d", errno);
+	close(sv[0]);
+	end_free(&p);
+	end_free(&q);
+	CHECK(ibv_dereg_mr(lmr) == 0, "dereg");
+	ibv_unimport_mr(imr);
+	ibv_unimport_pd(ipd);
+	CHECK(ibv_close_device(t.ctx) == 0, "close");
+	free(lbuf);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(handles),
 	SUBTEST(datapath),
 	SUBTEST(destroy_rules),
 	SUBTEST(exporter_closes),
 	SUBTEST(import_errors),
+	SUBTEST(cross_process),
+	SUBTEST(exporter_exits),
 };
 
 int main(int argc, char **argv)
