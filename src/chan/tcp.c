@@ -61,6 +61,17 @@ void want(struct tcp_chan *tc, uint32_t events)
 		tc->events = events;
 }
 
+/* Arm the stream's one timer, unless the stream is shut. tcp_shut marks
+ * it DEAD under tc->lock before it cancels the timer, and every arm is
+ * made here under that lock: so once tcp_shut has cancelled, nothing arms
+ * the timer again, and the channel can be freed with no timer of its
+ * left in the progress thread. Caller holds tc->lock. */
+void tcp_timer_arm_locked(struct tcp_chan *tc, uint64_t delay_ns)
+{
+	if (tc->state != TS_DEAD)
+		progress_timer_arm(tc->tctx->pg, &tc->timer, delay_ns);
+}
+
 bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 		      size_t elem, const void *v)
 {
@@ -235,12 +246,17 @@ void tcp_shut(struct tcp_chan *tc)
 	struct sr_tcp_ctx *t = tc->tctx;
 	int fd;
 
-	progress_timer_cancel(t->pg, &tc->timer);
 	pthread_mutex_lock(&tc->lock);
 	fd = tc->pl.fd;
 	if (tc->state != TS_DEAD)
 		set_state(tc, TS_DEAD);
 	pthread_mutex_unlock(&tc->lock);
+	/* After DEAD, not before: a handler that ran in between (input on
+	 * a stream a poller had just used) re-armed the poll-ownership check
+	 * after it was cancelled, and the timer fired on the freed channel.
+	 * DEAD stops every arm (tcp_timer_arm_locked); this takes out one
+	 * armed before, and waits for one running. */
+	progress_timer_cancel(t->pg, &tc->timer);
 	if (fd >= 0) {
 		progress_del(t->pg, &tc->pl);
 		pthread_mutex_lock(&tc->lock);
@@ -440,10 +456,26 @@ static bool shm_socket_ended(struct tcp_chan *tc, uint32_t events)
 	return true;	/* the end, an error, or bytes after the switch */
 }
 
+static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events);
+
+/* The handler runs with a reference held: a handler that fails the stream
+ * (tcp_fail, which takes the socket out of the progress engine) no longer
+ * holds up a concurrent tcp_close, which may then drop every other
+ * reference while the handler still uses the channel (the setup paths
+ * take tc->lock again after tcp_fail). Until tcp_shut has deleted the
+ * socket from the engine (waiting for a handler running in another
+ * thread), an event always finds the channel alive, so the get is safe. */
 static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 {
 	struct tcp_chan *tc = container_of(p, struct tcp_chan, pl);
 
+	chan_get(&tc->ch);
+	tcp_on_event_ref(tc, events);
+	chan_put(&tc->ch);
+}
+
+static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
+{
 	pthread_mutex_lock(&tc->lock);
 	switch (tc->state) {
 	case TS_DIALING:
@@ -470,13 +502,15 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 		}
 		if (events & EPOLLOUT)
 			tcp_flush_locked(tc);
-		if ((events & EPOLLIN) && !(events & (EPOLLHUP | EPOLLERR)) && poller_active(tc)) {
+		if ((events & EPOLLIN) && !(events & (EPOLLHUP | EPOLLERR)) && !tc->closed &&
+		    poller_active(tc)) {
 			/* A program thread is polling for this stream's
 			 * completions and receives itself: stop competing with
-			 * it (wakeups, locks) until it stops. */
+			 * it (wakeups, locks) until it stops. (Not once the QP
+			 * is going: it has no poller any more.) */
 			tc->poll_owned = true;
 			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
-			progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_CHECK_NS);
+			tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 			pthread_mutex_unlock(&tc->lock);
 			return;
 		}
@@ -527,7 +561,7 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 		/* a program thread polls this QP's CQ: leave the ring to it
 		 * (it asks for no wakeups) until it stops */
 		tc->poll_owned = true;
-		progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_CHECK_NS);
+		tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 	}
 	rx = !tc->poll_owned || shm_broken(tc);
 	pthread_mutex_unlock(&tc->lock);
@@ -543,7 +577,7 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 static void poll_check_locked(struct tcp_chan *tc)
 {
 	if (poller_active(tc)) {
-		progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_CHECK_NS);
+		tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 	} else {
 		tc->poll_owned = false;
 		want(tc, tc->events | rx_events(tc));

@@ -145,7 +145,7 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	}
 	tc->events = EPOLLIN;
 	if (tc->tx_gate)
-		progress_timer_arm(t->pg, &tc->timer, tc->tx_gate_init ? INIT_GATE_NS : TX_GATE_NS);
+		tcp_timer_arm_locked(tc, tc->tx_gate_init ? INIT_GATE_NS : TX_GATE_NS);
 	shm_offer_locked(tc, !p->responder);
 	tcp_flush_locked(tc);
 	pthread_mutex_unlock(&tc->lock);

@@ -217,6 +217,9 @@ bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 	       size_t elem, const void *v);
 void set_state(struct tcp_chan *tc, enum tcp_state s);
 void want(struct tcp_chan *tc, uint32_t events);
+/* The only way to arm tc->timer: not once the stream is DEAD (tcp_shut).
+ * Caller holds tc->lock. */
+void tcp_timer_arm_locked(struct tcp_chan *tc, uint64_t delay_ns);
 void tcp_fail(struct tcp_chan *tc, const char *why);
 
 /* tcp_setup.c: streams of QPs connected by hand, until they are UP */
@@ -257,6 +260,9 @@ void tcp_kick_now(struct tcp_chan *tc);
 void tcp_tx_faults(struct tcp_chan *tc);
 void tcp_flush_locked(struct tcp_chan *tc);
 void ack_flush_locked(struct tcp_chan *tc);
+/* The pieces of src that hold payload bytes [off, off + len), into out
+ * (at most src->n). Returns how many. */
+int tx_src_iov(const struct sr_msg_src *src, uint64_t off, uint64_t len, struct iovec *out);
 int status_of_term(const struct rdmap_term *t);
 struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn);
 

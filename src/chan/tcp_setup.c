@@ -131,13 +131,17 @@ static void dial_retry_or_fail(struct tcp_chan *tc, const char *why)
 	fd = tc->pl.fd;
 	pthread_mutex_unlock(&tc->lock);
 	progress_del(tc->tctx->pg, &tc->pl);
-	close(fd);
 	pthread_mutex_lock(&tc->lock);
+	if (tc->state == TS_DEAD)
+		return;		/* shut meanwhile (the QP is being destroyed):
+				 * tcp_shut closes the socket, and the stream
+				 * must not come back to life and arm its timer */
 	tc->pl.fd = -1;
+	close(fd);
 	tc->events = 0;
 	tc->rlen = 0;
 	set_state(tc, TS_DIALING);
-	progress_timer_arm(tc->tctx->pg, &tc->timer, RETRY_NS);
+	tcp_timer_arm_locked(tc, RETRY_NS);
 }
 
 static void on_dialing(struct tcp_chan *tc, uint32_t events)
@@ -260,9 +264,13 @@ static bool accept_try(struct tcp_chan *tc)
 	qp->chan = &tc->ch;
 	pthread_mutex_unlock(&qp->lock);
 	pthread_mutex_lock(&tc->lock);
-	hs_frame(tc, true, false);
-	hs_write(tc);
-	tcp_up_locked(tc);
+	/* Unless shut meanwhile (the QP destroyed as soon as it had the
+	 * stream): a DEAD stream stays dead. */
+	if (tc->state != TS_DEAD) {
+		hs_frame(tc, true, false);
+		hs_write(tc);
+		tcp_up_locked(tc);
+	}
 	pthread_mutex_unlock(&tc->lock);
 	/* Work posted before the stream existed can go now. */
 	pthread_mutex_lock(&qp->lock);
@@ -308,7 +316,7 @@ static void dial_start(struct tcp_chan *tc)
 	int fd = socket(tc->peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0) {
-		progress_timer_arm(tc->tctx->pg, &tc->timer, RETRY_NS);
+		tcp_timer_arm_locked(tc, RETRY_NS);
 		return;
 	}
 	tune_socket(fd, tc->qp);
@@ -320,12 +328,11 @@ static void dial_start(struct tcp_chan *tc)
 	if (progress_add(tc->tctx->pg, &tc->pl, EPOLLOUT)) {
 		close(fd);
 		tc->pl.fd = -1;
-		progress_timer_arm(tc->tctx->pg, &tc->timer, RETRY_NS);
+		tcp_timer_arm_locked(tc, RETRY_NS);
 		return;
 	}
 	/* The overall deadline for the handshake. */
-	progress_timer_arm(tc->tctx->pg, &tc->timer,
-			   tc->deadline > progress_now_ns() ? tc->deadline - progress_now_ns() : 0);
+	tcp_timer_arm_locked(tc, tc->deadline > progress_now_ns() ? tc->deadline - progress_now_ns() : 0);
 }
 
 void tcp_accept(struct sr_pollable *p, uint32_t events)
@@ -353,7 +360,7 @@ void tcp_accept(struct sr_pollable *p, uint32_t events)
 			tcp_fail(tc, "epoll");
 			continue;
 		}
-		progress_timer_arm(t->pg, &tc->timer, HS_TIMEOUT_NS);
+		tcp_timer_arm_locked(tc, HS_TIMEOUT_NS);
 		pthread_mutex_unlock(&tc->lock);
 	}
 }

@@ -15,6 +15,18 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
+/* Built with AddressSanitizer (gcc says so with __SANITIZE_ADDRESS__,
+ * clang with __has_feature). Copies and socket I/O on the application's
+ * registered memory then bypass ASan's checks of that memory, which may
+ * be gone or reused by design (src/core/memio.c says why). */
+#if defined(__SANITIZE_ADDRESS__)
+#define SR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SR_ASAN 1
+#endif
+#endif
+
 /* Doubly linked intrusive list, circular with a sentinel head. */
 struct sr_list {
 	struct sr_list *next, *prev;
