@@ -95,6 +95,9 @@ struct chan_cm_params {
 	bool crc, ext;
 	bool plain;			/* the peer is not softrnic (chan->rfc_only) */
 	bool responder;			/* sent the MPA reply (see tx_gate) */
+	bool rtr_wait;			/* responder in peer-to-peer mode (RFC
+					 * 6581 §3): hold until the initiator's
+					 * RTR, with no time limit */
 	uint16_t ird, ord;
 	const uint8_t *rx;
 	size_t rx_len;

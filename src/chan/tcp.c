@@ -594,7 +594,7 @@ static void tcp_on_timer(struct sr_timer *t)
 
 	pthread_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP) {
-		if (tc->tx_gate) {
+		if (tc->tx_gate && !tc->tx_gate_rtr) {
 			/* the peer did not speak first: speak anyway */
 			tc->tx_gate = false;
 			tcp_flush_locked(tc);

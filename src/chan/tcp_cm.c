@@ -104,6 +104,10 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	 * sends only once its socket is the QP's). */
 	tc->tx_gate = !p->ext && !p->rx_len;
 	tc->tx_gate_init = tc->tx_gate && !p->responder;
+	/* Peer-to-peer mode (RFC 6581 §3): the initiator's RTR comes
+	 * first, so the gate waits for it with no time limit (Linux siw
+	 * built with peer_to_peer sends it right after our reply). */
+	tc->tx_gate_rtr = tc->tx_gate && p->responder && p->rtr_wait;
 	tc->ch.acks = p->ext;
 	tc->ch.no_send_imm = !p->ext;
 	tc->ch.rfc_only = p->plain && !p->ext;
@@ -144,7 +148,7 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 		return -ENOMEM;
 	}
 	tc->events = EPOLLIN;
-	if (tc->tx_gate)
+	if (tc->tx_gate && !tc->tx_gate_rtr)
 		tcp_timer_arm_locked(tc, tc->tx_gate_init ? INIT_GATE_NS : TX_GATE_NS);
 	shm_offer_locked(tc, !p->responder);
 	tcp_flush_locked(tc);

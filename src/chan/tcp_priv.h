@@ -132,6 +132,8 @@ struct tcp_chan {
 					 * initiator) has passed (tcp_cm.c) */
 	bool tx_gate_init;		/* that gate is an initiator's: a
 					 * disconnect opens it */
+	bool tx_gate_rtr;		/* that gate waits for a peer-to-peer
+					 * initiator's RTR: no time limit */
 	_Atomic uint64_t rx_last_ns;	/* when bytes last came in (plain iWARP
 					 * peers only: see FIN_GRACE_NS) */
 	/* requests whose payload could not be read (SR_MSGF_TX_FAULT), for

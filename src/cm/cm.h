@@ -120,6 +120,8 @@ struct cm_id {
 	uint16_t peer_ird, peer_ord;
 	bool crc, ext;			/* as negotiated */
 	uint8_t peer_rev;		/* the MPA request's revision (1 or 2) */
+	uint8_t rtr;			/* peer-to-peer: the RTR type our reply
+					 * picks (enum mpa_rtr_flags), 0: none */
 	bool plain;			/* the peer is not softrnic (it did not
 					 * answer our softrnic flag): RFC iWARP
 					 * only, say Linux siw */

@@ -221,6 +221,7 @@ static void on_request(struct cm_id *c, struct sr_list *dead)
 	}
 	cm_thread_unwatch_locked(c);
 	c->peer_rev = f.rev;		/* we answer in it */
+	c->rtr = f.enhanced && f.peer2peer ? cm_mpa_rtr_pick(f.rtr) : 0;
 	c->peer_ird = f.enhanced ? f.ird : 1;
 	c->peer_ord = f.enhanced ? f.ord : 1;
 	/* rdma-core keeps these as the accept defaults */
@@ -712,7 +713,7 @@ SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 	/* RFC 6581 §3: our ORD no more than the peer's IRD */
 	c->ord = (uint16_t)sr_min(c->ord, c->peer_ird);
 	n = cm_mpa_encode_rev(frame, sizeof(frame), c->peer_rev, true, false, c->crc,
-			      cm_want_ext(), false, c->ird, c->ord, pd, pd_len);
+			      cm_want_ext(), false, c->ird, c->ord, c->rtr, pd, pd_len);
 	if (n < 0) {
 		ret = (int)n;
 		goto unlock;
@@ -730,6 +731,7 @@ SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 	if (!ret) {
 		struct softrnic_stream_attr a = {
 			.fd = c->fd, .crc = c->crc, .ext = c->ext, .plain = c->plain, .responder = true,
+			.rtr_wait = c->rtr != 0,
 			.ird = c->ird, .ord = c->ord, .ended = cm_stream_ended, .arg = c,
 		};
 
@@ -771,7 +773,7 @@ static int reject(struct rdma_cm_id *id, const void *pd, uint8_t pd_len, bool ec
 		return -EINVAL;
 	}
 	n = cm_mpa_encode_rev(frame, sizeof(frame), c->peer_rev, true, true, c->crc, c->ext, ece,
-			      0, 0, pd, pd_len);
+			      0, 0, 0, pd, pd_len);
 	ret = n < 0 ? (int)n : write_all(c->fd, frame, (size_t)n);
 	fd = c->fd;
 	plain = c->plain;

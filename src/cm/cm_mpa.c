@@ -22,12 +22,25 @@ ssize_t cm_mpa_encode(uint8_t *buf, size_t cap, bool reply, bool reject, bool cr
 		      const void *pd, size_t pd_len)
 {
 	return cm_mpa_encode_rev(buf, cap, MPA_REV_2, reply, reject, crc, ext, ece, ird, ord,
-				 pd, pd_len);
+				 0, pd, pd_len);
+}
+
+uint8_t cm_mpa_rtr_pick(uint8_t offered)
+{
+	/* A zero-length WRITE or READ RTR needs nothing from the
+	 * application; a zero-length SEND would take one of its receives
+	 * (and complete it), so it is the last choice. An offer of none
+	 * gets WRITE, as Linux siw's responder proposes. */
+	if (offered & MPA_RTR_ZERO_WRITE || !(offered & MPA_RTR_MASK))
+		return MPA_RTR_ZERO_WRITE;
+	if (offered & MPA_RTR_ZERO_READ)
+		return MPA_RTR_ZERO_READ;
+	return MPA_RTR_ZERO_SEND;
 }
 
 ssize_t cm_mpa_encode_rev(uint8_t *buf, size_t cap, uint8_t rev, bool reply, bool reject,
 			  bool crc, bool ext, bool ece, uint16_t ird, uint16_t ord,
-			  const void *pd, size_t pd_len)
+			  uint8_t rtr, const void *pd, size_t pd_len)
 {
 	/* Rev 1 has neither the enhanced IRD/ORD word nor softrnic's flags
 	 * (a rev 1 peer is never softrnic: softrnic always asks rev 2). */
@@ -36,6 +49,7 @@ ssize_t cm_mpa_encode_rev(uint8_t *buf, size_t cap, uint8_t rev, bool reply, boo
 		.reply = reply, .reject = reply && reject, .crc = crc,
 		.softrnic = v2 && ext, .ece_reject = v2 && ece, .rev = v2 ? MPA_REV_2 : MPA_REV_1,
 		.enhanced = v2,
+		.peer2peer = v2 && rtr, .rtr = v2 ? rtr & MPA_RTR_MASK : 0,
 		.ird = ird > MPA_IRD_ORD_MAX ? MPA_IRD_ORD_MAX : ird,
 		.ord = ord > MPA_IRD_ORD_MAX ? MPA_IRD_ORD_MAX : ord,
 		.pd = pd, .pd_len = (uint16_t)pd_len,

@@ -39,10 +39,16 @@ ssize_t cm_mpa_encode(uint8_t *buf, size_t cap, bool reply, bool reject, bool cr
 		      const void *pd, size_t pd_len);
 /* The same at revision rev: a responder answers in the request's revision
  * (RFC 5044 §7.1, RFC 6581 §3). Rev 1 carries no IRD/ORD word and none
- * of softrnic's flags (ext, ece are ignored). */
+ * of softrnic's flags (ext, ece are ignored). rtr non-zero (enum
+ * mpa_rtr_flags) sets the P2P bit and those RTR bits: a reply that agrees
+ * to peer-to-peer mode carries the one RTR type it picked (rev 2 only). */
 ssize_t cm_mpa_encode_rev(uint8_t *buf, size_t cap, uint8_t rev, bool reply, bool reject,
 			  bool crc, bool ext, bool ece, uint16_t ird, uint16_t ord,
-			  const void *pd, size_t pd_len);
+			  uint8_t rtr, const void *pd, size_t pd_len);
+/* A responder's choice among the RTR types a peer-to-peer request offers
+ * (RFC 6581 §3: exactly one): zero-length WRITE, else READ, else SEND;
+ * WRITE when the request offers none. */
+uint8_t cm_mpa_rtr_pick(uint8_t offered);
 
 /* How many bytes the frame starting at buf takes in all, given the len
  * read so far: the header length until the header is in, then header +

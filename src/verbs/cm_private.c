@@ -23,6 +23,7 @@ SR_EXPORT int softrnic_stream_attach(uint32_t qpn, const struct softrnic_stream_
 {
 	struct chan_cm_params p = {
 		.fd = a->fd, .crc = a->crc, .ext = a->ext, .plain = a->plain, .responder = a->responder,
+		.rtr_wait = a->rtr_wait,
 		.ird = a->ird, .ord = a->ord, .rx = a->rx, .rx_len = a->rx_len, .ended = a->ended, .arg = a->arg,
 	};
 	struct sr_qp *qp = ctx_find_qp(qpn);

@@ -29,6 +29,9 @@ struct softrnic_stream_attr {
 	bool responder;		/* we sent the MPA reply: towards a plain
 				 * iWARP peer, send nothing before its first
 				 * FPDU (RFC 5044 §7.1.2, RFC 6581 §1) */
+	bool rtr_wait;		/* our reply agreed to peer-to-peer mode:
+				 * send nothing before the initiator's RTR
+				 * (RFC 6581 §3), however long it takes */
 	uint16_t ird, ord;	/* as negotiated */
 	const void *rx;		/* bytes already read past the MPA frame */
 	size_t rx_len;

@@ -310,6 +310,117 @@ case_mpa_probe() { # raw MPA rev 1 request to a listener (siw or softrnic): rev 
 	port=$((port + 1))
 }
 
+# siw_load VARIANT: the guest's siw becomes /lib/siw-variants/siw-VARIANT.ko
+# (siwvm build: siw with one MPA knob changed, S4), or the module tree's
+# for "stock"; siw0 goes back on eth0 as guest-init puts it. The cases'
+# programs are gone by then, so nothing holds siw for long.
+siw_load() {
+	local load="modprobe siw"
+	[ "$1" = stock ] || load="insmod /lib/siw-variants/siw-$1.ko"
+	timeout 100 "$VM" exec -t 90 "i=0
+		while grep -q '^siw ' /proc/modules; do
+			rmmod siw 2>/dev/null && break
+			i=\$((i + 1)); [ \$i -ge 40 ] && { echo 'rmmod siw: still in use'; exit 1; }
+			sleep 0.5
+		done
+		$load || { echo '$load failed'; exit 1; }
+		rdma link add siw0 type siw netdev eth0 || { echo 'rdma link add siw0 failed'; exit 1; }
+		rdma link show siw0/1"
+}
+
+# siw_restore NAME: the stock siw back; if that fails, a fresh guest (which
+# loads the stock one), so that no later case runs against a variant.
+siw_restore() {
+	siw_load stock >>"$LOG/$1.swap" 2>&1 && return 0
+	echo "interop: $1: the stock siw did not come back ($(tail -1 "$LOG/$1.swap")); rebooting the guest"
+	boot || guest_dead="$1 (the guest did not boot again)"
+}
+
+# case_variant NAME VARIANT: a siw built with one MPA knob changed is the
+# initiator (rping -C 10 -v to a softrnic server; for p2p, ucmatose too,
+# whose server speaks first). The connection is
+# captured and checked (mpa-check.py): what each side asked and answered,
+# CRC32c in every FPDU, the RTR and who sent first. The stock siw is put
+# back afterwards whatever happened. Each program has at most 60 s.
+case_variant() {
+	local name=$1 v=$2 p=$port dc res='' n m TMO=$((TMO < 60 ? TMO : 60))
+	want "$name" || return
+	if ! siw_load "$v" >"$LOG/$name.swap" 2>&1; then
+		res=$(tail -1 "$LOG/$name.swap")
+		siw_restore "$name"
+		verdict "$name" fail "siw-$v.ko did not load: $res"
+		port=$((port + 1))
+		return
+	fi
+	ip netns exec "$NS" dumpcap -q -i siwtap0 -P -f "tcp port $p or tcp port $((p + 1))" \
+		-w "$LOG/$name.pcap" >"$LOG/$name.dumpcap" 2>&1 &
+	dc=$!
+	pids+=("$dc")
+	sleep 1
+	pair "$name" host "rping -s -a $HOST -p $p -C 10 -v" "rping -c -a $HOST -p $p -C 10 -v"
+	n=$(grep -c '^ping data: rdma-ping-' "$LOG/$name.client")
+	m=$(grep -c 'ping data: rdma-ping-' "$LOG/$name.server")
+	[ "$crc" = 0 ] && [ "$n" = 10 ] && [ "$m" -ge 10 ] || res="$n/10 pings, $(why "$name")"
+	if [ "$v" = p2p ] && [ -z "$res" ]; then
+		# ucmatose's server speaks first: softrnic must still wait
+		# for the RTR (RFC 6581)
+		pair "$name-ucmatose" host "ucmatose -b $HOST -p $((p + 1))" "ucmatose -s $HOST -p $((p + 1))"
+		[ "$crc" = 0 ] && [ "$prc" = 0 ] && grep -q 'test complete' "$LOG/$name-ucmatose.client" &&
+			grep -q 'return status 0' "$LOG/$name-ucmatose.server" ||
+			res="ucmatose: $(why "$name-ucmatose")"
+	else
+		port=$((port + 1))
+	fi
+	sleep 0.5
+	kill "$dc" 2>/dev/null
+	wait "$dc"
+	siw_restore "$name"
+	python3 "$HERE/mpa-check.py" "$LOG/$name.pcap" "$p" >"$LOG/$name.mpa" 2>&1
+	local req rep ini rsp
+	req=$(grep -m1 '^request:' "$LOG/$name.mpa") rep=$(grep -m1 '^reply:' "$LOG/$name.mpa")
+	ini=$(grep -m1 '^initiator:' "$LOG/$name.mpa") rsp=$(grep -m1 '^responder:' "$LOG/$name.mpa")
+	if [ "$v" = p2p ]; then
+		python3 "$HERE/mpa-check.py" "$LOG/$name.pcap" "$((p + 1))" >"$LOG/$name-ucmatose.mpa" 2>&1
+		local uini ursp
+		uini=$(grep -m1 '^initiator:' "$LOG/$name-ucmatose.mpa") ursp=$(grep -m1 '^responder:' "$LOG/$name-ucmatose.mpa")
+	fi
+	if [ -z "$res" ] && [ -z "$req" ]; then
+		res="no MPA exchange in the capture: $(tail -1 "$LOG/$name.mpa"; tail -1 "$LOG/$name.dumpcap")"
+	fi
+	if [ -z "$res" ]; then
+		case $v in
+		rev1)
+			[[ $req == *"rev=1 "* ]] || res="siw did not ask rev 1: $req"
+			[[ -n $res || $rep == *"rev=1 flags=0x00 "* ]] || res="softrnic's reply is not rev 1: $rep"
+			[ -n "$res" ] || res=ok:"siw asks rev 1, softrnic answers rev 1 (flags 0x00); 10 pings verified"
+			;;
+		crc)
+			[[ $req =~ flags=0x[4-7cdefCDEF] ]] || res="siw did not ask CRC: $req"
+			[[ -n $res || $rep =~ flags=0x[4-7cdefCDEF] ]] || res="softrnic's reply has no C bit: $rep"
+			[[ -n $res || ( $ini =~ crc_ok=[1-9].*crc_zero=0\ crc_bad=0 && $rsp =~ crc_ok=[1-9].*crc_zero=0\ crc_bad=0 ) ]] ||
+				res="FPDUs without a good CRC32c: ${ini#*: } / ${rsp#*: }"
+			[ -n "$res" ] || res=ok:"C set both ways; CRC32c good in all $(grep -o 'fpdus=[0-9]*' <<<"$ini" | cut -d= -f2) + $(grep -o 'fpdus=[0-9]*' <<<"$rsp" | cut -d= -f2) FPDUs; 10 pings verified"
+			;;
+		p2p)
+			[[ $req == *"p2p=1 rtr=write,read"* ]] || res="siw did not ask peer-to-peer: $req"
+			[[ -n $res || $rep == *"p2p=1 rtr=write" ]] || res="softrnic's reply does not pick one RTR: $rep"
+			[[ -n $res || $ini == *"first=write len=0 "* ]] || res="siw's first FPDU is not a zero-length WRITE: $ini"
+			[[ -n $res || $uini == *"first=write len=0 "* ]] || res="ucmatose: siw's first FPDU is not a zero-length WRITE: $uini"
+			if [ -z "$res" ]; then
+				local ti tr
+				ti=$(grep -o 't=[0-9.]*' <<<"$uini" | cut -d= -f2) tr=$(grep -o 't=[0-9.]*' <<<"$ursp" | cut -d= -f2)
+				awk -v a="$ti" -v b="$tr" 'BEGIN { exit !(a != "" && b != "" && b >= a) }' ||
+					res="ucmatose: softrnic sent before the RTR (initiator t=$ti, responder t=$tr)"
+			fi
+			[ -n "$res" ] || res=ok:"siw offers WRITE|READ RTR, softrnic picks WRITE, siw's zero-length WRITE comes first; rping 10 pings verified; ucmatose: softrnic's server sends $(awk -v a="$ti" -v b="$tr" 'BEGIN { printf "%.0f", (b - a) * 1e6 }') µs after the RTR"
+			;;
+		esac
+	fi
+	if [[ $res == ok:* ]]; then
+		verdict "$name" pass "${res#ok:}"
+	else verdict "$name" fail "$res"; fi
+}
+
 run_case case_rping rping-softrnic-client-siw-server guest "$GUEST"
 run_case case_rping rping-siw-client-softrnic-server host "$HOST"
 run_case case_ucmatose ucmatose-softrnic-client guest "$GUEST"
@@ -326,12 +437,13 @@ run_case case_plain_peer plain-peer-refuses-ext
 run_case case_mpa_probe mpa-rev1-siw-reply guest
 run_case case_mpa_probe mpa-rev1-softrnic-reply host
 
-# MPA rev 1 and CRC from siw's side need siw's knobs, which Linux 6.1
-# compiles in as constants (siw_main.c: mpa_version, mpa_crc_required,
-# mpa_crc_strict, peer_to_peer are not module parameters): not run.
-for n in mpa-rev1-siw-initiator crc-siw-required peer2peer-rtr; do
-	want "$n" && verdict "$n" skip "siw 6.1 has no knob for it (constants in siw_main.c); docs/INTEROP.md"
-done
+# MPA rev 1, CRC required and peer-to-peer from siw's side need siw's
+# knobs, which Linux 6.1 compiles in as constants (S4): siwvm build makes
+# a siw.ko for each (/lib/siw-variants in the guest), which these cases
+# swap in for the stock one.
+run_case case_variant mpa-rev1-siw-initiator rev1
+run_case case_variant crc-siw-required crc
+run_case case_variant peer2peer-rtr p2p
 if want crc-softrnic-requests; then
 	HOST_ENV+=(SOFTRNIC_MPA_CRC=1)
 	run_case case_rping crc-softrnic-requests guest "$GUEST"

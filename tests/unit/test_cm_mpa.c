@@ -128,7 +128,7 @@ static void test_rev1_answer(void **state)
 
 	(void)state;
 	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_1, true, false, true, true, true, 8, 8,
-			      "pd", 2);
+			      MPA_RTR_ZERO_WRITE, "pd", 2);
 	assert_int_equal(n, 20 + 2);
 	assert_memory_equal(buf, "MPA ID Rep Frame", 16);
 	assert_int_equal(buf[16], 0x40);	/* C only */
@@ -139,16 +139,63 @@ static void test_rev1_answer(void **state)
 	assert_true(f.reply && f.crc && !f.enhanced && !f.softrnic && f.rev == 1);
 
 	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_1, true, true, false, false, false, 0, 0,
-			      NULL, 0);
+			      0, NULL, 0);
 	assert_int_equal(n, 20);
 	assert_int_equal(buf[16], 0x20);	/* R only */
 	assert_int_equal(buf[17], 1);
 
 	/* rev 2 (or a revision never recorded, 0) stays enhanced */
-	n = cm_mpa_encode_rev(buf, sizeof(buf), 0, true, false, false, false, false, 3, 4, NULL, 0);
+	n = cm_mpa_encode_rev(buf, sizeof(buf), 0, true, false, false, false, false, 3, 4, 0, NULL, 0);
 	assert_int_equal(n, 24);
 	assert_int_equal(buf[17], 2);
 	assert_true(mpa_frame_decode(buf, (size_t)n, &f) > 0 && f.enhanced && f.ird == 3 && f.ord == 4);
+}
+
+/* Peer-to-peer (RFC 6581 §3): a reply that agrees carries P and the one
+ * RTR type picked; WRITE first, READ next, SEND last; none in rev 1. */
+static void test_p2p_reply(void **state)
+{
+	uint8_t buf[CM_MPA_FRAME_MAX];
+	struct mpa_frame f;
+	ssize_t n;
+
+	(void)state;
+	/* what Linux siw built with peer_to_peer offers: WRITE | READ */
+	assert_int_equal(cm_mpa_rtr_pick(MPA_RTR_ZERO_WRITE | MPA_RTR_ZERO_READ), MPA_RTR_ZERO_WRITE);
+	assert_int_equal(cm_mpa_rtr_pick(MPA_RTR_MASK), MPA_RTR_ZERO_WRITE);
+	assert_int_equal(cm_mpa_rtr_pick(MPA_RTR_ZERO_READ | MPA_RTR_ZERO_SEND), MPA_RTR_ZERO_READ);
+	assert_int_equal(cm_mpa_rtr_pick(MPA_RTR_ZERO_SEND), MPA_RTR_ZERO_SEND);
+	assert_int_equal(cm_mpa_rtr_pick(0), MPA_RTR_ZERO_WRITE);
+
+	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_2, true, false, false, false, false, 1, 2,
+			      MPA_RTR_ZERO_WRITE, NULL, 0);
+	assert_int_equal(n, 24);
+	/* IRD 1 with P (0x8000), ORD 2 with the WRITE RTR bit (0x8000) */
+	assert_int_equal(buf[20] << 8 | buf[21], 0x8001);
+	assert_int_equal(buf[22] << 8 | buf[23], 0x8002);
+	assert_true(mpa_frame_decode(buf, (size_t)n, &f) > 0);
+	assert_true(f.peer2peer && f.rtr == MPA_RTR_ZERO_WRITE && f.ird == 1 && f.ord == 2);
+
+	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_2, true, false, false, false, false, 1, 2,
+			      MPA_RTR_ZERO_READ, NULL, 0);
+	assert_int_equal(buf[20] << 8 | buf[21], 0x8001);
+	assert_int_equal(buf[22] << 8 | buf[23], 0x4002);
+	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_2, true, false, false, false, false, 1, 2,
+			      MPA_RTR_ZERO_SEND, NULL, 0);
+	assert_int_equal(buf[20] << 8 | buf[21], 0xc001);
+	assert_int_equal(buf[22] << 8 | buf[23], 0x0002);
+
+	/* no P2P: neither P nor an RTR bit */
+	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_2, true, false, false, false, false, 1, 2,
+			      0, NULL, 0);
+	assert_int_equal(buf[20] << 8 | buf[21], 0x0001);
+	assert_int_equal(buf[22] << 8 | buf[23], 0x0002);
+
+	/* rev 1 has no IRD/ORD word to carry it */
+	n = cm_mpa_encode_rev(buf, sizeof(buf), MPA_REV_1, true, false, false, false, false, 1, 2,
+			      MPA_RTR_ZERO_WRITE, NULL, 0);
+	assert_int_equal(n, 20);
+	assert_true(mpa_frame_decode(buf, (size_t)n, &f) > 0 && !f.peer2peer && !f.rtr);
 }
 
 static void test_depth(void **state)
@@ -180,6 +227,7 @@ int main(void)
 		cmocka_unit_test(test_pd_limits),
 		cmocka_unit_test(test_need),
 		cmocka_unit_test(test_rev1_answer),
+		cmocka_unit_test(test_p2p_reply),
 		cmocka_unit_test(test_depth),
 		cmocka_unit_test(test_event_names),
 	};
