@@ -122,8 +122,16 @@ static int io_get(void *dst, const void *src, size_t n)
 static bool peer_alive(const struct shm_link *l)
 {
 	struct pollfd p = { .fd = l->pidfd, .events = POLLIN };
+	int saved = errno, r;
 
-	return poll(&p, 1, 0) == 0;
+	/* Only a readable pidfd says "exited". A program's signals (qperf's
+	 * SIGALRM and SIGIO reach the thread that busy-polls, and pulls)
+	 * interrupt poll: that is no verdict, ask again. */
+	do
+		r = poll(&p, 1, 0);
+	while (r < 0 && errno == EINTR);
+	errno = saved;
+	return r <= 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }
 
 static ssize_t io_pull(void *arg, const struct iovec *dst, int n, uint64_t raddr, size_t len)
