@@ -68,34 +68,18 @@ static void app_copy(void *dst, const void *src, size_t len)
 #define app_copy memcpy
 #endif
 
+/* Our own memory through the kernel: process_vm_* on ourselves. */
 static int pvm_copy(bool write, uintptr_t app, void *buf, size_t len)
 {
-	struct iovec local = { .iov_base = buf, .iov_len = len };
-	struct iovec remote = { .iov_base = (void *)app, .iov_len = len };
-	pid_t self = (pid_t)sr_getpid();
+	int ret = mem_xcopy((pid_t)sr_getpid(), write, app, buf, len);
 
-	while (len) {
-		ssize_t n = write ? process_vm_writev(self, &local, 1, &remote, 1, 0)
-				  : process_vm_readv(self, &local, 1, &remote, 1, 0);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == ENOSYS || errno == EPERM) {
-				pvm_state = -1;
-				return -ENOSYS;
-			}
-			return -EFAULT;
-		}
-		if (n == 0)
-			return -EFAULT;		/* partial: next page is bad */
-		len -= (size_t)n;
-		local.iov_base = (char *)local.iov_base + n;
-		local.iov_len = len;
-		remote.iov_base = (char *)remote.iov_base + n;
-		remote.iov_len = len;
+	if (ret == -EPERM || ret == -ESRCH) {
+		pvm_state = -1;		/* refused (seccomp, ENOSYS): never again */
+		return -ENOSYS;
 	}
-	pvm_state = 1;
-	return 0;
+	if (!ret)
+		pvm_state = 1;
+	return ret;
 }
 
 /* ---- the fault guard ----------------------------------------------------- */
@@ -267,6 +251,7 @@ out:
 
 /* ---- another process's memory (decision 22) ------------------------------ */
 
+/* (pvm_copy uses it on ourselves) */
 int mem_xcopy(pid_t pid, bool write, uintptr_t addr, void *buf, size_t len)
 {
 	struct iovec local = { .iov_base = buf, .iov_len = len };

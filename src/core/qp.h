@@ -209,6 +209,7 @@ void sq_ack_upto_locked(struct sr_qp *qp, uint32_t msn);
 void sq_settle_locked(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_status st);
 int sq_fill_locked(struct sr_qp *qp, const struct ibv_send_wr *wr);
 void qp_rx_resume_locked(struct sr_qp *qp);
+void qp_resume_parked(struct sr_qp **list, int n);
 void qp_fail_retry_locked(struct sr_qp *qp);
 void qp_gone_arm_locked(struct sr_qp *qp);
 /* A channel could not read the payload of request msn (a page unmapped

@@ -688,6 +688,25 @@ void qp_rx_resume_locked(struct sr_qp *qp)
 		rx_drain_pending_locked(qp);
 }
 
+/* A receive WQE appeared where these QPs take theirs (an SRQ): let what
+ * they parked for want of one through. Drops the references the caller
+ * took on each; call with no lock held. */
+void qp_resume_parked(struct sr_qp **list, int n)
+{
+	for (int i = 0; i < n; i++) {
+		bool resumed;
+
+		pthread_mutex_lock(&list[i]->lock);
+		resumed = !sr_list_empty(&list[i]->rx_pending);
+		if (resumed)
+			qp_rx_resume_locked(list[i]);
+		pthread_mutex_unlock(&list[i]->lock);
+		if (resumed)
+			qp_kick(list[i]);
+		qp_put(list[i]);
+	}
+}
+
 static bool is_response(uint8_t op)
 {
 	return op == SR_MSG_ACK || op == SR_MSG_READ_RESP || op == SR_MSG_ATOMIC_RESP ||

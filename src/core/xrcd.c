@@ -234,17 +234,6 @@ void xdom_resume(struct sr_xdom *d)
 		list[n++] = qp;
 	}
 	pthread_mutex_unlock(&d->lock);
-	for (int i = 0; i < n; i++) {
-		bool resumed;
-
-		pthread_mutex_lock(&list[i]->lock);
-		resumed = !sr_list_empty(&list[i]->rx_pending);
-		if (resumed)
-			qp_rx_resume_locked(list[i]);
-		pthread_mutex_unlock(&list[i]->lock);
-		if (resumed)
-			qp_kick(list[i]);
-		qp_put(list[i]);
-	}
+	qp_resume_parked(list, n);
 	free(list);
 }

@@ -66,18 +66,7 @@ static void srq_resume_qps(struct sr_srq *srq)
 		}
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	for (int i = 0; i < n; i++) {
-		bool resumed;
-
-		pthread_mutex_lock(&list[i]->lock);
-		resumed = !sr_list_empty(&list[i]->rx_pending);
-		if (resumed)
-			qp_rx_resume_locked(list[i]);
-		pthread_mutex_unlock(&list[i]->lock);
-		if (resumed)
-			qp_kick(list[i]);
-		qp_put(list[i]);
-	}
+	qp_resume_parked(list, n);
 }
 
 static int op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
