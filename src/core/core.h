@@ -174,6 +174,7 @@ struct sr_context {
 	struct sr_space *space;		/* PDs and MRs; shared by imports */
 	int cmd_fd;			/* names the space; owned */
 	struct sr_qp *qps[256];		/* by QPN slot */
+	uint32_t qp_last;		/* slot handed out last (ctx->lock) */
 	uint16_t port;			/* QPN prefix: the context's TCP port */
 	int listen_fd;
 	struct sr_evq async;

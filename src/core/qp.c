@@ -193,15 +193,24 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *ua, struct sr_
 	atomic_init(&qp->refs, 1);
 	qp->state = IBV_QPS_RESET;
 
+	/* The slot after the last one handed out, not the lowest free one:
+	 * a QP number is not reused at once, so a stream still being set up
+	 * for a QP just destroyed (its dial names both QP numbers) cannot be
+	 * taken for the next QP's, when both ends create again. */
 	pthread_mutex_lock(&ctx->lock);
-	for (slot = 1; slot <= SR_MAX_QP && ctx->qps[slot]; slot++)
-		;
+	for (uint32_t i = 0; i < SR_MAX_QP; i++) {
+		slot = (ctx->qp_last + i) % SR_MAX_QP + 1;
+		if (!ctx->qps[slot])
+			break;
+		slot = SR_MAX_QP + 1;
+	}
 	if (slot > SR_MAX_QP) {
 		pthread_mutex_unlock(&ctx->lock);
 		ret = -ENOMEM;
 		goto err_raw;
 	}
 	ctx->qps[slot] = qp;
+	ctx->qp_last = slot;
 	qp->slot = slot;
 	pthread_mutex_unlock(&ctx->lock);
 

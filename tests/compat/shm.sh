@@ -87,8 +87,11 @@ for mode in shm tcp; do
 		rping -c -a 127.0.0.1 -p @PORT@ -v -C 20
 	run pingpong-$mode $mode ibv_rc_pingpong -d softrnic0 -g 0 -n 200 -p @PORT@ -- \
 		ibv_rc_pingpong -d softrnic0 -g 0 -n 200 -p @PORT@ 127.0.0.1
-	run write_bw-$mode $mode ib_write_bw -d softrnic0 -s 1048576 -n 100 -p @PORT@ -- \
-		ib_write_bw -d softrnic0 -s 1048576 -n 100 -p @PORT@ 127.0.0.1
+	# For a time, not a count: on a loaded machine 100 WRITEs could all
+	# be queued on the stream before the switch to the rings is agreed,
+	# and then none is pulled.
+	run write_bw-$mode $mode ib_write_bw -d softrnic0 -s 1048576 -D 2 -p @PORT@ -- \
+		ib_write_bw -d softrnic0 -s 1048576 -D 2 -p @PORT@ 127.0.0.1
 	run ucmatose-$mode $mode ucmatose -b 127.0.0.1 -p @PORT@ -c 2 -C 20 -- \
 		ucmatose -s 127.0.0.1 -p @PORT@ -c 2 -C 20
 done
