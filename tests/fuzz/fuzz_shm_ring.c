@@ -17,15 +17,7 @@
 #include <string.h>
 
 #include "chan/shm_ring.h"
-
-#define CHECK(c)							\
-	do {								\
-		if (!(c)) {						\
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n",	\
-				__FILE__, __LINE__, #c);		\
-			abort();					\
-		}							\
-	} while (0)
+#include "fuzz.h"
 
 #define RING 1024
 
@@ -45,8 +37,6 @@ static ssize_t refuse(void *arg, const struct iovec *dst, int n, uint64_t raddr,
 	errno = EFAULT;
 	return -1;
 }
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

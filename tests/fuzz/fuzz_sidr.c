@@ -10,17 +10,7 @@
 #include <string.h>
 
 #include "cm/cm_sidr.h"
-
-#define CHECK(c)							\
-	do {								\
-		if (!(c)) {						\
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n",	\
-				__FILE__, __LINE__, #c);		\
-			abort();					\
-		}							\
-	} while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

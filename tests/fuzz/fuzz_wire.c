@@ -13,15 +13,7 @@
 
 #include "wire/iwarp.h"
 #include "wire/srext.h"
-
-#define CHECK(c)							\
-	do {								\
-		if (!(c)) {						\
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n",	\
-				__FILE__, __LINE__, #c);		\
-			abort();					\
-		}							\
-	} while (0)
+#include "fuzz.h"
 
 /* room for any re-encoded message, the largest FPDU included */
 static uint8_t out[MPA_MAX_ULPDU + 16];
@@ -281,8 +273,6 @@ static void fuzz_ext_hdr(const uint8_t *p, size_t n)
 	CHECK((out[1] & 0xcf) == (p[1] & 0xcf));
 	CHECK(!memcmp(out + 2, p + 2, (size_t)r - 2));
 }
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
