@@ -34,10 +34,12 @@ struct shm_map_loc {
 /* Registration of [addr, addr + len) (a plain MR; not implicit, not
  * device memory): share its whole inner pages if the region is large
  * enough (SOFTRNIC_SHM_MAP_MIN) and sharing is on (SOFTRNIC_SHM_MAP).
- * A range already shared by an earlier registration is counted again. */
-void shm_map_reg(void *addr, size_t len);
-/* Its deregistration (same arguments as the shm_map_reg call): the last
- * one moves the pages back to private memory. */
+ * A range already shared by an earlier registration is counted again.
+ * True if this registration was counted (its range is shared): only such
+ * a registration calls shm_map_unreg. */
+bool shm_map_reg(void *addr, size_t len);
+/* Its deregistration (same arguments as the shm_map_reg call that
+ * returned true): the last one moves the pages back to private memory. */
 void shm_map_unreg(void *addr, size_t len);
 /* Is [p, p + len) wholly inside one shared range? Fills *loc if so.
  * Lock-free enough for the send path (a read lock at most). */

@@ -325,6 +325,7 @@ struct sr_mr {
 	int access;
 	bool implicit;			/* whole address space (implicit ODP) */
 	struct sr_dm *dm;		/* ibv_reg_dm_mr: the DM it maps */
+	bool mapped;			/* counted by shm_map_reg (chan/shm_map.h) */
 	atomic_int users;		/* placements running + bound MWs */
 	atomic_int mw_binds;
 	/* Another process's region (ibv_import_mr through its cmd_fd):

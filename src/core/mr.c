@@ -7,6 +7,7 @@
  * deregistration waits until no placement is running.
  */
 #include "core/qp.h"
+#include "chan/shm_map.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -97,7 +98,12 @@ int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
 		return -ENOMEM;
 	mr->access = access;
 	mr_set_range(mr, addr, len, iova);
-	return mr_publish(pd, mr, out);
+	ret = mr_publish(pd, mr, out);
+	/* Large plain regions go onto a memfd a same-host peer maps (never
+	 * a reason to fail). Nobody has the key yet. */
+	if (!ret && !mr->implicit)
+		mr->mapped = shm_map_reg(addr, len);
+	return ret;
 }
 
 int mr_reg_dm(struct sr_pd *pd, struct sr_dm *dm, uint64_t offset, size_t len,
@@ -174,6 +180,9 @@ int mr_dereg(struct sr_mr *holder)
 	xspace_unpub(s, mr->ibmr.lkey);
 	keytab_remove(&s->keys, mr->ibmr.lkey);
 	mr_wait_idle(&mr->users, 0);
+	if (mr->mapped)
+		shm_map_unreg((void *)mr->vaddr, (size_t)mr->length);
+	mr->mapped = false;
 	if (mr->dm)
 		atomic_fetch_sub(&mr->dm->refs, 1);
 	mr->dead = true;
@@ -289,8 +298,12 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	xspace_unpub(space, mr->ibmr.lkey);
 	mr_wait_idle(&mr->users, 0);
 
-	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		if (mr->mapped)
+			shm_map_unreg((void *)mr->vaddr, (size_t)mr->length);
 		mr_set_range(mr, addr, len, (uint64_t)(uintptr_t)addr);
+		mr->mapped = !mr->implicit && shm_map_reg(addr, len);
+	}
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
 		mr->access = access;
 	if (flags & IBV_REREG_MR_CHANGE_PD) {

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdbool.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -643,12 +645,76 @@ static void srq_last_wqe(void)
 	tctx_close(&t);
 }
 
+/* Is the page at p backed by softrnic's memfd (DESIGN.md decision 23,
+ * "mapped records") rather than private memory? */
+static bool mapped_at(const void *p)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[4096];
+	bool m = false;
+
+	CHECK(f, "open /proc/self/maps");
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
+		    (uintptr_t)p >= lo && (uintptr_t)p < hi) {
+			m = strstr(line, "memfd:softrnic-mr") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return m;
+}
+
+/* Large registrations move onto a memfd and back; the program sees its
+ * bytes throughout; rereg moves the sharing with the translation. */
+static void mr_mapped(void)
+{
+	size_t len = 4u << 20;
+	struct tctx t;
+	struct ibv_mr *m1, *m2;
+	uint8_t *a, *b;
+
+	tctx_open(&t);
+	a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(a != MAP_FAILED && b != MAP_FAILED, "mmap");
+	memset(a, 0x5a, len);
+	memset(b, 0xa5, len);
+	m1 = ibv_reg_mr(t.pd, a, len, IBV_ACCESS_LOCAL_WRITE);
+	m2 = ibv_reg_mr(t.pd, a, len, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m1 && m2, "reg");
+	CHECK(mapped_at(a) && mapped_at(a + len - 1), "a 4 MiB region is not on a memfd");
+	CHECK(a[0] == 0x5a && a[len - 1] == 0x5a, "contents lost at registration");
+	a[7] = 1;
+	CHECK(ibv_dereg_mr(m2) == 0, "dereg");
+	CHECK(mapped_at(a), "the first of two deregistrations unshared the region");
+	CHECK(ibv_rereg_mr(m1, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b, len,
+			   IBV_ACCESS_LOCAL_WRITE) == 0, "rereg");
+	CHECK(!mapped_at(a), "rereg left the old range on the memfd");
+	CHECK(mapped_at(b), "rereg did not share the new range");
+	CHECK(a[7] == 1 && a[0] == 0x5a && a[len - 1] == 0x5a, "contents lost at rereg");
+	a[0] = 2;			/* writable private memory again */
+	CHECK(ibv_dereg_mr(m1) == 0, "dereg");
+	CHECK(!mapped_at(b), "the last deregistration left the region shared");
+	CHECK(b[0] == (uint8_t)0xa5 && b[len - 1] == (uint8_t)0xa5, "contents lost at dereg");
+	/* a small one stays private */
+	m1 = ibv_reg_mr(t.pd, a, 64 << 10, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m1 && !mapped_at(a), "a 64 KiB region was shared");
+	CHECK(ibv_dereg_mr(m1) == 0, "dereg");
+	munmap(a, len);
+	munmap(b, len);
+	tctx_close(&t);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(pd_busy),	   SUBTEST(cq_busy),	  SUBTEST(channel_busy),
 	SUBTEST(srq_busy),	   SUBTEST(mr_keys),	  SUBTEST(reg_mr_access),
 	SUBTEST(rereg_mr),	   SUBTEST(dmabuf),	  SUBTEST(odp),
 	SUBTEST(channel_nonblock), SUBTEST(cq_events),	  SUBTEST(cq_ex),
 	SUBTEST(resize_cq),	   SUBTEST(srq),	  SUBTEST(srq_last_wqe),
+	SUBTEST(mr_mapped),
 };
 
 int main(int argc, char **argv)
