@@ -6,10 +6,13 @@
  * what pidfd_getfd and process_vm_readv require), but it may be buggy or
  * hostile and its memory corrupt. Nothing it writes into the shared pages
  * is used unchecked (shm_ring.c), remote records only ever make us read
- * the peer's memory, and bytes land in ours only where the core's checks
- * (key, PD, bounds, access) put them, exactly as bytes from a socket do.
+ * the peer's memory (mapped records: a memfd of the peer's that we map
+ * read-only after checking it), and bytes land in ours only where the
+ * core's checks (key, PD, bounds, access) put them, exactly as bytes
+ * from a socket do.
  */
 #include "chan/shm.h"
+#include "chan/shm_map.h"
 #include "chan/shm_ring.h"
 #include "chan/tcp_priv.h"
 
@@ -25,10 +28,17 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC	0x01021994	/* <linux/magic.h>: memfds live on it */
+#endif
+
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	1
+#define SHM_VERSION	2	/* 2: mapped records (kind 3); a peer of
+				 * another version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
 					 * pulled, so the rings hold headers
@@ -40,6 +50,10 @@
 /* Remote records of ours whose outcome we track (more in flight: the
  * extra ones go untracked, and a fault there is not reported). */
 #define SHM_PEND	1024
+/* The peer's memfds we keep mapped (mapped records), and how long one we
+ * could not map is not tried again. */
+#define SHM_MAPS	16
+#define SHM_MAP_RETRY_NS	(100ULL * 1000 * 1000)
 
 struct chan_stats chan_stats;
 
@@ -76,6 +90,17 @@ struct shm_switch {
 	uint32_t pad;
 };
 
+/* A memfd of the peer's, mapped read-only (base), or, with base NULL, one
+ * we failed to map (not tried again before retry). Key: (fd, ino). */
+struct peer_map {
+	uint32_t fd;
+	uint64_t ino;
+	const uint8_t *base;
+	uint64_t size;
+	uint64_t used;			/* LRU clock; 0: the slot is free */
+	uint64_t retry;			/* CLOCK_MONOTONIC ns */
+};
+
 struct shm_link {
 	void *map;
 	size_t map_len;
@@ -95,6 +120,10 @@ struct shm_link {
 	/* why the rings are unusable (set by either side's lock holder,
 	 * read by the other) */
 	const char *_Atomic broken;
+	/* The consumer's mappings of the peer's memfds (rx_lock). */
+	struct peer_map maps[SHM_MAPS];
+	uint64_t map_clock;
+	int map_last;			/* the slot hit last */
 };
 
 static bool shm_enabled(void)
@@ -149,12 +178,131 @@ static ssize_t io_pull(void *arg, const struct iovec *dst, int n, uint64_t raddr
 	return got;
 }
 
+/* Producer: is a piece the peer pulls in one of our shared ranges
+ * (shm_map.h)? Then it goes as mapped records: the peer may copy it from
+ * its own mapping of that memfd. */
+static bool io_locate(void *arg, const void *p, size_t len, struct shm_ring_loc *loc)
+{
+	struct shm_map_loc m;
+
+	(void)arg;
+	if (!shm_map_find(p, len, &m) || m.fd < 0 || m.off > m.size || len > m.size - m.off)
+		return false;
+	*loc = (struct shm_ring_loc){ .fd = (uint32_t)m.fd, .ino = m.ino, .off = m.off };
+	return true;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Take the peer's fd and map it read-only, if it is what a mapped record
+ * may name: a memfd (tmpfs: no hugetlbfs page can be missing when we
+ * read) with the record's inode, sealed against shrinking, so that
+ * nothing the peer does can take a page from under our mapping: reading
+ * it never faults (SIGBUS). NULL if not. */
+static const uint8_t *map_peer_fd(struct shm_link *l, uint32_t pfd, uint64_t ino, uint64_t *size)
+{
+	struct stat st;
+	struct statfs sf;
+	void *p;
+	int fd, seals;
+
+	if (l->pidfd < 0 || pfd > INT32_MAX)
+		return NULL;
+	fd = (int)syscall(SYS_pidfd_getfd, l->pidfd, (int)pfd, 0);	/* (close-on-exec) */
+	if (fd < 0)
+		return NULL;
+	seals = fcntl(fd, F_GET_SEALS);
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_ino != ino ||
+	    st.st_size <= 0 || fstatfs(fd, &sf) || sf.f_type != TMPFS_MAGIC ||
+	    seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		close(fd);
+		return NULL;
+	}
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return NULL;
+	*size = (uint64_t)st.st_size;
+	return p;
+}
+
+/* Consumer: our pointer to len bytes at off of the peer's memfd (fd, ino),
+ * from a small LRU cache of mappings; NULL: pull the record's address
+ * instead (a memfd we cannot or may not map is not tried again for a
+ * while). rx_lock held.
+ *
+ * No peer_alive() after a copy from here, unlike io_pull: that check is
+ * for a pid, which names whatever process holds it now, and a pull by
+ * pid could read a stranger that took a dead peer's pid. The mapping
+ * names no pid: it is the memfd itself, taken through the pidfd (which
+ * names the verified process, dead or alive: pidfd_getfd fails once it
+ * is gone) and checked by inode, and it stays that memfd for as long as
+ * we keep it mapped. A copy from it after the peer died reads bytes the
+ * peer left there, as bytes still in a socket buffer are read after the
+ * sender died; the stream ends on the socket's close anyway. */
+static const void *io_map(void *arg, uint32_t fd, uint64_t ino, uint64_t off, size_t len)
+{
+	struct shm_link *l = arg;
+	struct peer_map *m = &l->maps[l->map_last], *victim = NULL;
+	uint64_t t;
+
+	if (!(m->used && m->fd == fd && m->ino == ino)) {
+		m = NULL;
+		for (int i = 0; i < SHM_MAPS; i++) {
+			struct peer_map *e = &l->maps[i];
+
+			if (e->used && e->fd == fd && e->ino == ino) {
+				m = e;
+				break;
+			}
+			/* the least recently used, a free slot (0) first */
+			if (!victim || e->used < victim->used)
+				victim = e;
+		}
+	}
+	if (m && !m->base) {
+		/* a failure remembered: try again only once it is old */
+		t = now_ns();
+		if (t < m->retry)
+			return NULL;
+		victim = m;
+		m = NULL;
+	}
+	if (!m) {
+		if (victim->base)
+			munmap((void *)victim->base, victim->size);
+		memset(victim, 0, sizeof(*victim));
+		victim->fd = fd;
+		victim->ino = ino;
+		victim->base = map_peer_fd(l, fd, ino, &victim->size);
+		if (!victim->base) {
+			victim->size = 0;
+			victim->retry = now_ns() + SHM_MAP_RETRY_NS;
+		}
+		m = victim;
+	}
+	m->used = ++l->map_clock;
+	l->map_last = (int)(m - l->maps);
+	if (!m->base || off > m->size || len > m->size - off)
+		return NULL;
+	return m->base + off;
+}
+
 /* ---- the link -------------------------------------------------------------- */
 
 static void link_free(struct shm_link *l)
 {
 	if (!l)
 		return;
+	for (int i = 0; i < SHM_MAPS; i++)
+		if (l->maps[i].base)
+			munmap((void *)l->maps[i].base, l->maps[i].size);
 	if (l->map)
 		munmap(l->map, l->map_len);
 	if (l->memfd >= 0)
@@ -175,7 +323,8 @@ static struct shm_link *link_alloc(void)
 	if (!l)
 		return NULL;
 	l->memfd = l->efd_own = l->efd_peer = l->pidfd = -1;
-	l->io = (struct shm_ring_io){ .put = io_put, .get = io_get, .pull = io_pull, .arg = l };
+	l->io = (struct shm_ring_io){ .put = io_put, .get = io_get, .pull = io_pull, .arg = l,
+				      .locate = io_locate, .map = io_map };
 	return l;
 }
 
@@ -682,7 +831,12 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 			errno = EPROTO;
 			return -1;
 		}
+		uint64_t mapped = l->rx.mapped;
+
 		k = shm_ring_read(&l->rx, iov, n, app, &l->io);
+		if (l->rx.mapped != mapped)
+			atomic_fetch_add_explicit(&chan_stats.shm_mapped, l->rx.mapped - mapped,
+						  memory_order_relaxed);
 		if (k > 0) {
 			wake_if(&l->rx.ctl->tx_sleep, l->efd_peer);
 			return k;
@@ -750,10 +904,11 @@ void shm_free(struct tcp_chan *tc)
 {
 	struct shm_link *l = tc->shm;
 
-	if (l && (l->rx.pulled || l->rx.inlined))
-		sr_dbg("tcp %p QP %#x: shm: read %llu bytes inline, %llu pulled, %llu as zeros",
-		       (void *)tc, tc->local_qpn, (unsigned long long)l->rx.inlined,
-		       (unsigned long long)l->rx.pulled, (unsigned long long)l->rx.faults);
+	if (l && (l->rx.pulled || l->rx.mapped || l->rx.inlined))
+		sr_dbg("tcp %p QP %#x: shm: read %llu bytes inline, %llu pulled, %llu mapped, "
+		       "%llu as zeros", (void *)tc, tc->local_qpn,
+		       (unsigned long long)l->rx.inlined, (unsigned long long)l->rx.pulled,
+		       (unsigned long long)l->rx.mapped, (unsigned long long)l->rx.faults);
 	link_free(tc->shm);
 	tc->shm = NULL;
 }
@@ -767,8 +922,10 @@ __attribute__((destructor)) static void shm_stats_print(void)
 	if (!v || strcmp(v, "1") || (!t && !s && !atomic_load(&chan_stats.shm_refused)))
 		return;
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
-		"shm_links %llu shm_refused %llu\n", (int)getpid(), (unsigned long long)t,
-		(unsigned long long)s, (unsigned long long)atomic_load(&chan_stats.shm_pulled),
+		"shm_mapped %llu shm_links %llu shm_refused %llu\n", (int)getpid(),
+		(unsigned long long)t, (unsigned long long)s,
+		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
+		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
 		(unsigned long long)atomic_load(&chan_stats.shm_links),
 		(unsigned long long)atomic_load(&chan_stats.shm_refused));
 }

@@ -2,7 +2,9 @@
  * two softrnic processes on one host is UP, its bytes move to two rings
  * in a shared memfd, and large WRITE, SEND and READ response payloads are
  * pulled by the receiver with process_vm_readv, straight from the
- * sender's registered memory into its own, after its own checks. The TCP
+ * sender's registered memory into its own, after its own checks (or
+ * copied with memcpy from its read-only mapping of the sender's memfd,
+ * where registration put that memory on one: shm_map.h). The TCP
  * socket stays open as the control and liveness path.
  *
  * The switch, over the stream (softrnic ACK messages with a status only
@@ -34,6 +36,7 @@ struct chan_stats {
 	_Atomic uint64_t tcp_fpdus;	/* FPDUs written to TCP sockets */
 	_Atomic uint64_t shm_fpdus;	/* ... and to shm rings */
 	_Atomic uint64_t shm_pulled;	/* payload bytes pulled from peers */
+	_Atomic uint64_t shm_mapped;	/* ... copied from their memfds */
 	_Atomic uint64_t shm_links;	/* streams that moved to shm */
 	_Atomic uint64_t shm_refused;	/* offers refused (either side) */
 };

@@ -85,14 +85,35 @@ static void put_hdr(struct shm_ring *r, uint64_t pos, uint32_t kind, uint32_t le
 
 /* ---- producer ------------------------------------------------------------ */
 
-/* One remote record for (part of) a piece: 16 bytes in the ring. */
-static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *addr, uint32_t len)
+/* The body of a mapped record after its header (32 bytes). */
+struct mapped_body {
+	uint64_t addr;
+	uint32_t fd, pad;
+	uint64_t ino, off;
+};
+_Static_assert(sizeof(struct mapped_body) == 32, "mapped record body: 32 bytes");
+#define REMOTE_SIZE	(SHM_REC_HDR + 8)
+#define MAPPED_SIZE	(SHM_REC_HDR + sizeof(struct mapped_body))
+
+/* One remote record for (part of) a piece: 16 bytes in the ring; or, with
+ * loc (where addr is in a memfd), a mapped record: 40 bytes. */
+static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *addr, uint32_t len,
+			     const struct shm_ring_loc *loc)
 {
 	uint64_t a = (uint64_t)(uintptr_t)addr;
 
+	if (loc) {
+		struct mapped_body b = {
+			.addr = a, .fd = loc->fd, .ino = loc->ino, .off = loc->off,
+		};
+
+		put_hdr(r, pos, SHM_REC_MAPPED, len);
+		ring_in(r, pos + SHM_REC_HDR, (const uint8_t *)&b, sizeof(b), NULL);
+		return MAPPED_SIZE;
+	}
 	put_hdr(r, pos, SHM_REC_REMOTE, len);
 	ring_in(r, pos + SHM_REC_HDR, (const uint8_t *)&a, sizeof(a), NULL);
-	return SHM_REC_HDR + sizeof(a);
+	return REMOTE_SIZE;
 }
 
 ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
@@ -100,9 +121,10 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 {
 	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
 	uint64_t pos = r->pos, used = pos - head, free;
-	size_t written = 0, off = 0;
-	int i = 0, noted = 0, maxnotes = notes ? *nnotes : 0;
-	bool fault = false;
+	size_t written = 0, off = 0, loc_at = 0;
+	int i = 0, noted = 0, maxnotes = notes ? *nnotes : 0, loc_piece = -1;
+	bool fault = false, mapped = false;
+	struct shm_ring_loc loc = { 0 };
 
 	/* the consumer cannot have released what was never published */
 	if (used > r->size)
@@ -119,13 +141,27 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 		if (kinds[i] == SHM_PULL) {
 			uint32_t take = (uint32_t)(iov[i].iov_len - off < SHM_REC_MAX
 						   ? iov[i].iov_len - off : SHM_REC_MAX);
+			struct shm_ring_loc here;
+			uint64_t size;
 
-			if (free < SHM_REC_HDR + 8)
+			/* once per piece: is the rest of it in a memfd? */
+			if (loc_piece != i) {
+				loc_piece = i;
+				loc_at = off;
+				mapped = io->locate &&
+					 io->locate(io->arg, (const uint8_t *)iov[i].iov_base + off,
+						    iov[i].iov_len - off, &loc);
+			}
+			size = mapped ? MAPPED_SIZE : REMOTE_SIZE;
+			if (free < size)
 				break;
 			if (noted < maxnotes)
 				notes[noted++] = (struct shm_rec_note){ pos, i };
-			pos += write_remote(r, pos, (const uint8_t *)iov[i].iov_base + off, take);
-			free -= SHM_REC_HDR + 8;
+			here = loc;
+			here.off += off - loc_at;
+			pos += write_remote(r, pos, (const uint8_t *)iov[i].iov_base + off, take,
+					    mapped ? &here : NULL);
+			free -= size;
 			written += take;
 			off += take;
 			continue;
@@ -206,14 +242,31 @@ static int next_record(struct shm_ring *r, uint64_t tail)
 	if (h[0] == SHM_REC_INLINE)
 		size = SHM_REC_HDR + pad8(h[1]);
 	else if (h[0] == SHM_REC_REMOTE)
-		size = SHM_REC_HDR + 8;
+		size = REMOTE_SIZE;
+	else if (h[0] == SHM_REC_MAPPED)
+		size = MAPPED_SIZE;
 	else
 		return -EPROTO;
 	if (size > avail)
 		return -EPROTO;
 	r->rec_addr = 0;
-	if (h[0] == SHM_REC_REMOTE)
+	r->rec_fd = 0;
+	r->rec_ino = r->rec_moff = 0;
+	if (h[0] == SHM_REC_REMOTE) {
 		ring_out(r, r->pos + SHM_REC_HDR, (uint8_t *)&r->rec_addr, 8, NULL);
+	} else if (h[0] == SHM_REC_MAPPED) {
+		struct mapped_body b;
+
+		ring_out(r, r->pos + SHM_REC_HDR, (uint8_t *)&b, sizeof(b), NULL);
+		/* (the mapping side checks off + len against the memfd's
+		 * size; here only that it does not wrap) */
+		if (b.pad || b.off > UINT64_MAX - h[1])
+			return -EPROTO;
+		r->rec_addr = b.addr;
+		r->rec_fd = b.fd;
+		r->rec_ino = b.ino;
+		r->rec_moff = b.off;
+	}
 	r->rec = true;
 	r->rec_fault = false;
 	r->rec_kind = h[0];
@@ -299,22 +352,75 @@ static ssize_t pull(struct shm_ring *r, const struct iovec *dst, int k, size_t t
 	return zeros(r, dst, k, take, app, io);
 }
 
-/* Copy from the current record into iov at (di, doff). Returns bytes. */
+/* A mapped record's bytes, from our read-only mapping of the producer's
+ * memfd (io->map), with put if app: our target may be gone. Returns bytes
+ * copied, -EFAULT if our memory faulted first, or 0: no mapping (or a
+ * fault the mapping should not have), pull instead. */
+static ssize_t copy_mapped(struct shm_ring *r, const struct iovec *dst, int k, size_t take,
+			   bool app, const struct shm_ring_io *io)
+{
+	const uint8_t *src;
+	size_t done = 0;
+
+	if (!io->map || r->rec_fault)
+		return 0;
+	/* (next_record made sure this does not wrap) */
+	src = io->map(io->arg, r->rec_fd, r->rec_ino, r->rec_moff + r->rec_off, take);
+	if (!src)
+		return 0;
+	for (int j = 0; j < k && done < take; j++) {
+		size_t c = dst[j].iov_len < take - done ? dst[j].iov_len : take - done;
+		uint8_t probe[256];
+
+		if (app ? !io->put(dst[j].iov_base, src + done, c)
+			: (memcpy(dst[j].iov_base, src + done, c), true)) {
+			done += c;
+			continue;
+		}
+		if (done)
+			break;
+		/* Whose page faulted? Not the mapping's (io->map's promise),
+		 * but should it be, the pull decides. */
+		if (io->get(probe, src, c < sizeof(probe) ? c : sizeof(probe)))
+			return 0;
+		return -EFAULT;
+	}
+	return (ssize_t)done;
+}
+
+static bool is_remote(uint32_t kind)
+{
+	return kind == SHM_REC_REMOTE || kind == SHM_REC_MAPPED;
+}
+
+/* Copy from the current record into iov at (di, doff). Returns bytes;
+ * *mapped: they came from a mapping. */
 static ssize_t read_piece(struct shm_ring *r, const struct iovec *iov, int n, int di, size_t doff,
-			  size_t want, bool app, const struct shm_ring_io *io)
+			  size_t want, bool app, const struct shm_ring_io *io, bool *mapped)
 {
 	size_t take = r->rec_len - r->rec_off, done = 0;
 
+	*mapped = false;
 	if (take > want)
 		take = want;
-	if (r->rec_kind == SHM_REC_REMOTE) {
+	if (is_remote(r->rec_kind)) {
 		struct iovec w[64];
 		int k = iov_window(iov, n, di, doff, take, w, 64);
 		size_t room = 0;
+		ssize_t got;
 
 		for (int j = 0; j < k; j++)
 			room += w[j].iov_len;
-		return pull(r, w, k, room < take ? room : take, app, io);
+		if (room < take)
+			take = room;
+		if (r->rec_kind == SHM_REC_MAPPED) {
+			got = copy_mapped(r, w, k, take, app, io);
+			if (got) {
+				*mapped = got > 0;
+				return got;
+			}
+		}
+		return pull(r, w, k, take, app, io);
 	}
 	while (done < take && di < n) {
 		size_t k = iov[di].iov_len - doff;
@@ -336,7 +442,7 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 {
 	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
 	size_t want = 0, got = 0, doff = 0;
-	bool released = false;
+	bool released = false, mapped;
 	int di = 0;
 	ssize_t ret = 0;
 
@@ -355,14 +461,16 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 				break;
 			}
 		}
-		if (r->rec_kind == SHM_REC_REMOTE && got)
+		if (is_remote(r->rec_kind) && got)
 			break;
-		k = read_piece(r, iov, n, di, doff, want - got, app, io);
+		k = read_piece(r, iov, n, di, doff, want - got, app, io, &mapped);
 		if (k < 0) {
 			ret = k;
 			break;
 		}
-		if (r->rec_kind == SHM_REC_REMOTE && !r->rec_fault)
+		if (mapped)
+			r->mapped += (uint64_t)k;
+		else if (is_remote(r->rec_kind) && !r->rec_fault)
 			r->pulled += (uint64_t)k;
 		else
 			r->inlined += (uint64_t)k;

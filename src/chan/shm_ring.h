@@ -5,13 +5,17 @@
  * MPA FPDU bytes, in records. An inline record holds stream bytes; a
  * remote record names bytes in the producer's address space that the
  * consumer copies itself with process_vm_readv (one copy, straight into
- * the memory a WRITE or READ response targets).
+ * the memory a WRITE or READ response targets); a mapped record names
+ * them twice, by address and by where they are in a sealed memfd of the
+ * producer's, which the consumer maps read-only and copies from with
+ * memcpy (falling back to the address if it cannot map it).
  *
  * Record: 8-byte header {u32 kind, u32 len} (host order: both ends are
  * one host), then for kind 0 (inline) len bytes padded to 8, for kind 1
- * (remote) one u64 address. Records start 8-aligned and may wrap. Indices
- * are free-running u64 byte counts; the producer publishes tail and the
- * consumer head, each with a release store.
+ * (remote) one u64 address, for kind 3 (mapped) {u64 address, u32 fd,
+ * u32 pad (0), u64 inode, u64 offset} (32 bytes). Records start 8-aligned
+ * and may wrap. Indices are free-running u64 byte counts; the producer
+ * publishes tail and the consumer head, each with a release store.
  *
  * Nothing read from shared memory is trusted: the peer may write any
  * value at any time. Every index, kind and length is read once into a
@@ -37,6 +41,10 @@
  * reuses their space, can fail the work request (IBV_WC_LOC_PROT_ERR) as
  * over TCP. Never valid in a record being read. */
 #define SHM_REC_FAULTED	2
+/* A remote record that also says where its bytes are in a memfd of the
+ * producer's (fd number there, inode, offset): the consumer copies from
+ * its own read-only mapping of that memfd if it can, else pulls. */
+#define SHM_REC_MAPPED	3
 /* the most stream bytes one record carries (one FPDU's payload fits) */
 #define SHM_REC_MAX	(64U * 1024U)
 
@@ -56,6 +64,13 @@ struct shm_ring_ctl {
 	uint8_t pad2[56];
 };
 
+/* Where a piece's bytes are in a memfd of the producer's. */
+struct shm_ring_loc {
+	uint32_t fd;			/* its number in the producer */
+	uint64_t ino;			/* its inode (fd numbers are reused) */
+	uint64_t off;			/* offset of the piece's first byte */
+};
+
 /* How a ring end touches memory that is not the ring. The channel uses
  * the fault-safe copies and process_vm_readv; the unit test plain ones. */
 struct shm_ring_io {
@@ -67,6 +82,17 @@ struct shm_ring_io {
 	 * gone; anything else: that memory or ours cannot be accessed) */
 	ssize_t (*pull)(void *arg, const struct iovec *dst, int n, uint64_t raddr, size_t len);
 	void *arg;
+	/* Producer (may be NULL): are the len bytes at p, a SHM_PULL piece,
+	 * in a memfd the consumer may map? true and *loc if so: the piece
+	 * then goes as mapped records. */
+	bool (*locate)(void *arg, const void *p, size_t len, struct shm_ring_loc *loc);
+	/* Consumer (may be NULL): our pointer to the len bytes at offset off
+	 * of the producer's memfd (its fd number, inode), or NULL if it
+	 * cannot be mapped, or not that far (off + len beyond its size):
+	 * the record's address is pulled instead. Valid until the next call.
+	 * Reading it never faults (the callee made sure of that: a sealed
+	 * memfd cannot shrink under the mapping). */
+	const void *(*map)(void *arg, uint32_t fd, uint64_t ino, uint64_t off, size_t len);
 };
 
 /* A ring end: the shared control block and data, and the private state
@@ -80,9 +106,14 @@ struct shm_ring {
 	bool rec;
 	uint32_t rec_kind, rec_len, rec_off;
 	uint64_t rec_addr;		/* remote record: producer address */
+	uint32_t rec_fd;		/* mapped record: memfd number, */
+	uint64_t rec_ino, rec_moff;	/* ... inode, offset of byte 0 */
 	uint64_t rec_size;		/* the record's bytes in the ring */
 	bool rec_fault;			/* ... unreadable: the rest reads as zeros */
-	uint64_t pulled, inlined, faults;	/* statistics */
+	/* statistics: bytes pulled (remote or mapped records read with
+	 * pull), copied from a mapping (mapped records), read inline or as
+	 * zeros; remote records read as zeros */
+	uint64_t pulled, mapped, inlined, faults;
 };
 
 void shm_ring_init(struct shm_ring *r, struct shm_ring_ctl *ctl, uint8_t *data, uint64_t size);
@@ -91,10 +122,11 @@ void shm_ring_init(struct shm_ring *r, struct shm_ring_ctl *ctl, uint8_t *data, 
 enum shm_piece {
 	SHM_OWN,			/* the channel's bytes: copied */
 	SHM_APP,			/* application memory: copied fault-safely */
-	SHM_PULL,			/* application memory the peer may pull */
+	SHM_PULL,			/* application memory the peer may pull
+					 * (or map: io->locate) */
 };
 
-/* A remote record written: where it starts, for which piece. */
+/* A remote or mapped record written: where it starts, for which piece. */
 struct shm_rec_note {
 	uint64_t pos;
 	int piece;
@@ -104,14 +136,16 @@ struct shm_rec_note {
  * publish them. Returns stream bytes written (0: the ring is full),
  * -EFAULT if the first piece is application memory that cannot be read
  * (nothing written), -EPROTO if the shared head is impossible. If notes
- * is not NULL, the first *nnotes remote records written are noted there
- * (*nnotes: its size in, the number noted out). */
+ * is not NULL, the first *nnotes remote (or mapped) records written are
+ * noted there (*nnotes: its size in, the number noted out). A SHM_PULL
+ * piece that io->locate places in a memfd goes as mapped records, any
+ * other as remote records. */
 ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
 		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes);
 
-/* Producer: was the remote record at pos (already released: pos is below
- * the shared head) read as zeros? Only valid until that space is written
- * again. */
+/* Producer: was the remote (or mapped) record at pos (already released:
+ * pos is below the shared head) read as zeros? Only valid until that
+ * space is written again. */
 bool shm_ring_faulted(const struct shm_ring *r, uint64_t pos);
 /* Producer: the consumer's head, checked (-EPROTO as a huge value is not
  * returned: an impossible head reads as our own tail). */
@@ -121,8 +155,9 @@ uint64_t shm_ring_released(const struct shm_ring *r);
  * memory, written fault-safely) and release what was consumed. Stops
  * before a remote record once something was read, so that a caller
  * reading headers gets the chance to place the payload directly.
- * A remote record whose memory the producer no longer has reads as
- * zeros (and is marked SHM_REC_FAULTED). Returns bytes read (0: the ring
+ * A mapped record is copied from io->map's pointer if it gives one, else
+ * pulled as a remote record. A remote record whose memory the producer
+ * no longer has reads as zeros (and is marked SHM_REC_FAULTED). Returns bytes read (0: the ring
  * is empty), -EFAULT if the first byte could not be placed into iov
  * (nothing consumed), -EIO if the producer is gone (ESRCH from pull),
  * -EPROTO for a corrupt ring. */

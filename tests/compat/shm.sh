@@ -3,11 +3,13 @@
 # (rping, ibv_rc_pingpong, ib_write_bw, ucmatose) run through `softrnic
 # run` as two processes on this host. A counter, not a timing:
 # SOFTRNIC_STATS=1 makes each process print one line at exit,
-#   softrnic stats: pid P tcp_fpdus T shm_fpdus S shm_pulled B shm_links L ...
+#   softrnic stats: pid P tcp_fpdus T shm_fpdus S shm_pulled B shm_mapped M
+#                   shm_links L ...
 # With shm on (the default) both sides must have moved their stream to
 # shared memory (shm_links >= 1) and written FPDUs there (shm_fpdus > 0),
-# and ib_write_bw's 1 MiB WRITEs must have been pulled (shm_pulled > 0 at
-# the target). With SOFTRNIC_SHM=0 on either side nothing moves:
+# and ib_write_bw's 1 MiB WRITEs must have gone with one copy: pulled with
+# process_vm_readv or copied from the writer's mapped memfd (shm_pulled +
+# shm_mapped > 0 at the target). With SOFTRNIC_SHM=0 on either side nothing moves:
 # shm_fpdus 0 on both, and the programs still pass.
 #
 # usage: shm.sh BUILD_DIR      exit 0 pass, 1 fail, 77 skip
@@ -68,14 +70,15 @@ run() {
 			ok=0
 		fi
 	done
-	if ((ok)) && [[ $name == write_bw-shm ]] && (($(stat "$tmp/$name.srv.err" shm_pulled) == 0 &&
-		$(stat "$tmp/$name.cli.err" shm_pulled) == 0)); then
-		fail "$name: 1 MiB WRITEs were not pulled (one copy) by either side"
+	if ((ok)) && [[ $name == write_bw-shm ]] &&
+		(($(stat "$tmp/$name.srv.err" shm_pulled) + $(stat "$tmp/$name.srv.err" shm_mapped) == 0 &&
+		  $(stat "$tmp/$name.cli.err" shm_pulled) + $(stat "$tmp/$name.cli.err" shm_mapped) == 0)); then
+		fail "$name: 1 MiB WRITEs were neither pulled nor mapped (one copy) by either side"
 		ok=0
 	fi
 	if ((ok)); then
 		printf 'ok: %-16s %s\n' "$name" "$(grep -h '^softrnic stats:' "$tmp/$name".{srv,cli}.err |
-			awk '{ printf "[tcp %s shm %s pulled %s] ", $6, $8, $10 }')"
+			awk '{ printf "[tcp %s shm %s pulled %s mapped %s] ", $6, $8, $10, $12 }')"
 	else
 		showall "$name"
 	fi

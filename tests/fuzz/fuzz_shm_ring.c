@@ -8,8 +8,13 @@
  * touches memory outside the ring and its own buffer (ASan); a remote
  * record's address is handed to the pull callback, which here refuses
  * it without looking, as process_vm_readv would for a bad address (the
- * record then reads as zeros, and its kind is overwritten: in the ring). The
- * producer then writes against the same hostile head.
+ * record then reads as zeros, and its kind is overwritten: in the ring). A
+ * mapped record's fd, inode and offset are handed to the map callback,
+ * which, like the channel's, gives a pointer only for a known memfd (fd
+ * 3, inode 7: a 4 KiB stand-in) and an offset and length inside it (ASan
+ * checks that the copy stays there), else NULL (pulled: zeros). The
+ * producer then writes against the same hostile head, a piece of the
+ * stand-in going as mapped records.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +25,9 @@
 #include "fuzz.h"
 
 #define RING 1024
+#define MEMFD 4096
+
+static uint8_t memfd[MEMFD];
 
 static int copy(void *dst, const void *src, size_t n)
 {
@@ -38,9 +46,30 @@ static ssize_t refuse(void *arg, const struct iovec *dst, int n, uint64_t raddr,
 	return -1;
 }
 
+static bool locate(void *arg, const void *p, size_t len, struct shm_ring_loc *loc)
+{
+	const uint8_t *q = p;
+
+	(void)arg;
+	if (q < memfd || q + len > memfd + MEMFD)
+		return false;
+	*loc = (struct shm_ring_loc){ .fd = 3, .ino = 7, .off = (uint64_t)(q - memfd) };
+	return true;
+}
+
+static const void *map(void *arg, uint32_t fd, uint64_t ino, uint64_t off, size_t len)
+{
+	(void)arg;
+	if (fd != 3 || ino != 7 || off > MEMFD || len > MEMFD - off)
+		return NULL;
+	return memfd + off;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const struct shm_ring_io io = { copy, copy, refuse, NULL };
+	static const struct shm_ring_io io = {
+		.put = copy, .get = copy, .pull = refuse, .locate = locate, .map = map,
+	};
 	struct shm_ring_ctl ctl;
 	uint8_t *ring = calloc(1, RING), out[300];
 	struct shm_ring r;
@@ -72,11 +101,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	shm_ring_init(&r, &ctl, ring, RING);
 	r.pos = tail;
 	{
-		uint8_t kinds[2] = { SHM_OWN, SHM_PULL };
-		struct iovec v[2] = { { out, sizeof(out) }, { out, 100 } };
-		ssize_t k = shm_ring_write(&r, v, kinds, 2, &io, NULL, NULL);
+		uint8_t kinds[3] = { SHM_OWN, SHM_PULL, SHM_PULL };
+		struct iovec v[3] = { { out, sizeof(out) }, { out, 100 }, { memfd + 8, 200 } };
+		ssize_t k = shm_ring_write(&r, v, kinds, 3, &io, NULL, NULL);
 
-		CHECK(k == -EPROTO || (k >= 0 && (size_t)k <= sizeof(out) + 100));
+		CHECK(k == -EPROTO || (k >= 0 && (size_t)k <= sizeof(out) + 300));
 	}
 	free(ring);
 	return 0;

@@ -47,11 +47,14 @@ printf '\x33\x33\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x86\xdd\x60\x00\x00\x00
 	-print_final_stats=1 -artifact_prefix="$artifacts/" "$eth_corpus"
 
 # The same-host channel's rings (src/chan/shm_ring.h), a peer's hostile
-# indices and records: 3 s. Seed: tail 16, head 0, an 8-byte inline record.
+# indices and records: 3 s. Seeds: tail 16, head 0, an 8-byte inline record;
+# tail 40, a mapped record of 16 bytes at offset 100 of fd 3, inode 7.
 shm_corpus=$build/fuzz-corpus/shm_ring
 mkdir -p "$shm_corpus"
 printf '\x10\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x20\x00\x00\x00\x00\x00\x08\x00\x00\x00abcdefgh' \
 	>"$shm_corpus/seed-inline"
+printf '\x28\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x20\x00\x03\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00\x64\x00\x00\x00\x00\x00\x00\x00' \
+	>"$shm_corpus/seed-mapped"
 "$build/bin/fuzz_shm_ring" -max_total_time=3 -max_len=1100 -timeout=10 \
 	-print_final_stats=1 -artifact_prefix="$artifacts/" "$shm_corpus"
 

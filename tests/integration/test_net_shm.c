@@ -9,13 +9,20 @@
  *   crash (its memory outside the rings is untouched);
  * - unmapped_in_flight: a WRITE source unmapped after it was queued but
  *   before the peer pulled it fails with IBV_WC_LOC_PROT_ERR (B read
- *   zeros), as over TCP.
+ *   zeros), as over TCP;
+ * - mapped: a 16 MiB WRITE, a 1 MiB SEND and a 4 MiB READ, all consumed
+ *   by B, arrive byte for byte, and B's SOFTRNIC_STATS=1 line says they
+ *   went with one copy, copied from A's memfd-backed region (shm_mapped,
+ *   src/chan/shm_map.c) rather than pulled with process_vm_readv.
  * See net_common.h for the two-process harness. */
 #include "net_common.h"
 
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 enum { T_READY = 0x100, T_DONE = 0x200, T_CORRUPT = 0x300 };
 
@@ -43,18 +50,23 @@ static size_t shm_mapping(uint8_t **base)
 }
 
 /* One SEND each way, so the switch (which follows the first messages)
- * has happened by the time both sides look. */
-static void ping(struct net_end *n, uint64_t id)
+ * has happened by the time both sides look. Buffers at off. */
+static void ping_at(struct net_end *n, uint64_t id, size_t off)
 {
 	struct ibv_wc wc;
 
-	post_recv1(n->qp, id, n->b.p + XFER + 8 * KIB, 64, n->b.mr->lkey);
+	post_recv1(n->qp, id, n->b.p + off + 8 * KIB, 64, n->b.mr->lkey);
 	net_put(n, T_READY + (int)id);
 	net_expect(n, T_READY + (int)id, "peer's receive posted");
-	CHECK(post_send1(n->qp, IBV_WR_SEND, id, n->b.p + XFER, 64, n->b.mr->lkey,
+	CHECK(post_send1(n->qp, IBV_WR_SEND, id, n->b.p + off, 64, n->b.mr->lkey,
 			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
 	expect_wc(n->scq, &wc, id, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
 	expect_wc(n->rcq, &wc, id, IBV_WC_SUCCESS, IBV_WC_RECV, "RECV");
+}
+
+static void ping(struct net_end *n, uint64_t id)
+{
+	ping_at(n, id, XFER);
 }
 
 static void traffic_a(struct net_end *n, bool want_shm)
@@ -192,6 +204,91 @@ static void unmapped_b(struct net_end *n)
 	net_put(n, T_DONE + 1);
 }
 
+/* mapped: B is the consumer of every payload (A's WRITE and SEND, the
+ * response to B's READ of A), so B's counters tell how they came. */
+#define BIG_WRITE	(16 * MIB)
+#define BIG_SEND	(1 * MIB)
+#define BIG_READ	(4 * MIB)
+static char stats_path[64];		/* B's stderr at exit: its stats line */
+
+static void mapped_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	ping_at(n, 1, BIG_WRITE);
+	ping_at(n, 2, BIG_WRITE);
+	fill_pattern(n->b.p, BIG_WRITE, 91);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 40, n->b.p, BIG_WRITE, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, n->peer.addr, n->peer.rkey, 0) == 0, "post WRITE");
+	expect_wc(n->scq, &wc, 40, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "WRITE 16 MiB");
+	net_put(n, T_DONE);
+	net_expect(n, T_DONE + 1, "B's receive posted");
+	/* from the middle of the region: an offset in its memfd other than 0 */
+	fill_pattern(n->b.p + 3 * MIB, BIG_SEND, 92);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 41, n->b.p + 3 * MIB, BIG_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(n->scq, &wc, 41, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND 1 MiB");
+	fill_pattern(n->b.p + 5 * MIB, BIG_READ, 93);
+	net_put(n, T_DONE + 2);
+	net_expect(n, T_DONE + 3, "B's READ checked");
+}
+
+static void mapped_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+	int fd;
+
+	ping_at(n, 1, BIG_WRITE);
+	ping_at(n, 2, BIG_WRITE);
+	memset(n->b.p, 0xee, BIG_WRITE);
+	net_expect(n, T_DONE, "A's WRITE done");
+	check_pattern(n->b.p, BIG_WRITE, 91, "WRITE 16 MiB");
+	memset(n->b.p, 0xee, BIG_SEND + 64);
+	post_recv1(n->qp, 42, n->b.p, BIG_SEND + 64, n->b.mr->lkey);
+	net_put(n, T_DONE + 1);
+	expect_wc(n->rcq, &wc, 42, IBV_WC_SUCCESS, IBV_WC_RECV, "RECV 1 MiB");
+	CHECK(wc.byte_len == BIG_SEND, "RECV of %u bytes", wc.byte_len);
+	check_pattern(n->b.p, BIG_SEND, 92, "SEND 1 MiB");
+	check_filled(n->b.p + BIG_SEND, 0xee, 64, "after the SEND");
+	net_expect(n, T_DONE + 2, "A filled");
+	memset(n->b.p + 2 * MIB, 0, BIG_READ);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_READ, 43, n->b.p + 2 * MIB, BIG_READ, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, n->peer.addr + 5 * MIB, n->peer.rkey, 0) == 0,
+	      "post READ");
+	expect_wc(n->scq, &wc, 43, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "READ 4 MiB");
+	check_pattern(n->b.p + 2 * MIB, BIG_READ, 93, "READ 4 MiB");
+	net_put(n, T_DONE + 3);
+	/* The stats line is printed at exit (after the teardown): to the
+	 * file A reads once B is gone. */
+	setenv("SOFTRNIC_STATS", "1", 1);
+	fflush(stderr);
+	fd = open(stats_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	CHECK(fd >= 0 && dup2(fd, 2) == 2, "stderr to %s: %s", stats_path, strerror(errno));
+	close(fd);
+}
+
+/* FIELD's value in the stats line of the file at path; -1 if none. */
+static long long stats_field(const char *path, const char *field)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	long long v = -1;
+
+	CHECK(f, "open %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		char *p, key[64];
+
+		if (strncmp(line, "softrnic stats:", 15))
+			continue;
+		snprintf(key, sizeof(key), " %s ", field);
+		p = strstr(line, key);
+		if (p)
+			v = strtoll(p + strlen(key), NULL, 10);
+	}
+	fclose(f);
+	return v;
+}
+
 static struct net_opts shm_opts(void)
 {
 	struct net_opts o = net_opts_default();
@@ -220,7 +317,47 @@ static void sub_unmapped(void)
 {
 	struct net_opts o = shm_opts();
 
+	/* Regions stay private (no memfd, src/chan/shm_map.c): B pulls, and
+	 * a pull finds the unmapped source. From a shared region B would
+	 * copy the bytes the memfd still holds (mapped records), and the
+	 * WRITE would succeed, as from pinned memory on a hardware NIC. */
+	setenv("SOFTRNIC_SHM_MAP", "0", 1);
 	net_fork_run(&o, unmapped_a, unmapped_b);
+	unsetenv("SOFTRNIC_SHM_MAP");
+}
+
+static void sub_mapped(void)
+{
+	struct net_opts o = net_opts_default();
+	long long pulled, mapped;
+	int fd;
+
+	o.buf_len = BIG_WRITE + 64 * KIB;
+	snprintf(stats_path, sizeof(stats_path), "/tmp/softrnic-shm-stats.XXXXXX");
+	fd = mkstemp(stats_path);
+	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+	close(fd);
+	net_fork_run(&o, mapped_a, mapped_b);
+	pulled = stats_field(stats_path, "shm_pulled");
+	mapped = stats_field(stats_path, "shm_mapped");
+	if (pulled < 0 || mapped < 0) {
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "cat %s >&2", stats_path);
+		if (system(cmd)) {
+			/* (shown what there is) */
+		}
+	}
+	unlink(stats_path);
+	CHECK(pulled >= 0 && mapped >= 0, "B printed no stats line with shm_pulled and shm_mapped");
+	NOTE("B: %lld bytes copied from A's memfd, %lld pulled", mapped, pulled);
+	/* Every payload piece of 16 KiB or more went with one copy: all but
+	 * a short piece per message, at most (16 KiB: SHM_PULL_MIN). */
+	CHECK(pulled + mapped >= BIG_WRITE + BIG_SEND + BIG_READ - 3 * 16 * KIB,
+	      "only %lld of %d bytes pulled or mapped", pulled + mapped,
+	      BIG_WRITE + BIG_SEND + BIG_READ);
+	CHECK(mapped >= BIG_WRITE + BIG_SEND + BIG_READ - 3 * 16 * KIB,
+	      "only %lld bytes copied from A's memfd (shm_pulled %lld)", mapped, pulled);
 }
 
 static void sub_corrupt(void)
@@ -237,6 +374,7 @@ int main(int argc, char **argv)
 		{ "off", sub_off },
 		{ "corrupt", sub_corrupt },
 		{ "unmapped_in_flight", sub_unmapped },
+		{ "mapped", sub_mapped },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));

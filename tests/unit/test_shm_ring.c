@@ -1,8 +1,9 @@
 /* Unit tests for the same-host channel's rings (src/chan/shm_ring.c):
  * a byte stream model (what goes in comes out, in order, across wraps,
- * inline and pulled), back-pressure, and a consumer and producer that
- * meet every impossible value a corrupt or hostile peer can put in the
- * shared memory with -EPROTO, never a crash or a write out of bounds. */
+ * inline, pulled and mapped), back-pressure, mapped records and their
+ * fallback to pulls, and a consumer and producer that meet every
+ * impossible value a corrupt or hostile peer can put in the shared
+ * memory with -EPROTO, never a crash or a write out of bounds. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -76,7 +77,51 @@ static ssize_t gone_pull(void *arg, const struct iovec *dst, int n, uint64_t rad
 	return -1;
 }
 
-static const struct shm_ring_io io = { plain_copy, plain_copy, local_pull, NULL };
+static const struct shm_ring_io io = {
+	.put = plain_copy, .get = plain_copy, .pull = local_pull,
+};
+
+/* A stand-in for a memfd of the producer's: [base, base + size), as fd
+ * MF_FD with inode MF_INO. locate places pieces inside it there; map
+ * hands out pointers into it, checking what the channel's io_map checks
+ * (the key, off + len within the size). */
+#define MF_FD	7
+#define MF_INO	4242
+static struct {
+	const uint8_t *base;
+	uint64_t size;
+	int located, maps, refused;	/* calls */
+	bool refuse;			/* map says no (cannot map it) */
+} mf;
+
+static bool mf_locate(void *arg, const void *p, size_t len, struct shm_ring_loc *loc)
+{
+	const uint8_t *q = p;
+
+	(void)arg;
+	mf.located++;
+	if (!mf.base || q < mf.base || q + len > mf.base + mf.size)
+		return false;
+	*loc = (struct shm_ring_loc){ .fd = MF_FD, .ino = MF_INO, .off = (uint64_t)(q - mf.base) };
+	return true;
+}
+
+static const void *mf_map(void *arg, uint32_t fd, uint64_t ino, uint64_t off, size_t len)
+{
+	(void)arg;
+	mf.maps++;
+	if (mf.refuse || !mf.base || fd != MF_FD || ino != MF_INO || off > mf.size ||
+	    len > mf.size - off) {
+		mf.refused++;
+		return NULL;
+	}
+	return mf.base + off;
+}
+
+static const struct shm_ring_io mio = {
+	.put = plain_copy, .get = plain_copy, .pull = local_pull,
+	.locate = mf_locate, .map = mf_map,
+};
 
 static int setup(void **state)
 {
@@ -86,6 +131,7 @@ static int setup(void **state)
 		return -1;
 	shm_ring_init(&f->tx, &f->ctl, f->data, RING);
 	shm_ring_init(&f->rx, &f->ctl, f->data, RING);
+	memset(&mf, 0, sizeof(mf));
 	*state = f;
 	return 0;
 }
@@ -129,12 +175,11 @@ static void roundtrip_inline(void **state)
 	assert_int_equal(atomic_load(&f->ctl.head), atomic_load(&f->ctl.tail));
 }
 
-/* A model: a long stream of random pieces (own, application, pulled)
- * written and read in random sizes through a small ring: the bytes out
- * are exactly the bytes in. */
-static void model_stream(void **state)
+/* A model: a long stream of random pieces (own, application, pulled or
+ * mapped) written and read in random sizes through a small ring: the
+ * bytes out are exactly the bytes in. */
+static void model(struct fixture *f, const struct shm_ring_io *rio, bool in_memfd)
 {
-	struct fixture *f = *state;
 	enum { TOTAL = 1 << 20 };
 	uint8_t *src = malloc(TOTAL), *dst = malloc(TOTAL);
 	size_t in = 0, out = 0;
@@ -144,6 +189,11 @@ static void model_stream(void **state)
 	assert_non_null(dst);
 	for (size_t i = 0; i < TOTAL; i++)
 		src[i] = (uint8_t)(i * 7 + (i >> 9));
+	if (in_memfd) {
+		/* all but the first 100 KiB (those pieces are pulled) */
+		mf.base = src + 100 * 1024;
+		mf.size = TOTAL - 100 * 1024;
+	}
 	while (out < TOTAL) {
 		if (in < TOTAL && rand_r(&seed) % 2) {
 			struct iovec v[4];
@@ -161,7 +211,7 @@ static void model_stream(void **state)
 				k[i] = (uint8_t)(rand_r(&seed) % 3);
 				at += len;
 			}
-			w = shm_ring_write(&f->tx, v, k, n, &io, NULL, NULL);
+			w = shm_ring_write(&f->tx, v, k, n, rio, NULL, NULL);
 			assert_true(w >= 0);
 			in += (size_t)w;
 		} else {
@@ -175,15 +225,37 @@ static void model_stream(void **state)
 				b = TOTAL - out - a;
 			v[0] = (struct iovec){ dst + out, a };
 			v[1] = (struct iovec){ dst + out + a, b };
-			r = shm_ring_read(&f->rx, v, 2, rand_r(&seed) % 2, &io);
+			r = shm_ring_read(&f->rx, v, 2, rand_r(&seed) % 2, rio);
 			assert_true(r >= 0);
 			assert_true(out + (size_t)r <= in);
 			out += (size_t)r;
 		}
 	}
 	assert_memory_equal(src, dst, TOTAL);
+	assert_int_equal(f->rx.inlined + f->rx.pulled + f->rx.mapped, TOTAL);
+	assert_true(f->rx.pulled > 0);
+	if (in_memfd)
+		assert_true(f->rx.mapped > f->rx.pulled);
+	else
+		assert_int_equal(f->rx.mapped, 0);
+	assert_int_equal(f->rx.faults, 0);
+	mf.base = NULL;
 	free(src);
 	free(dst);
+}
+
+static void model_stream(void **state)
+{
+	model(*state, &io, false);
+}
+
+/* The same with a memfd under most of the source: its pulled pieces go
+ * as mapped records and are copied from the "mapping". */
+static void model_stream_mapped(void **state)
+{
+	model(*state, &mio, true);
+	assert_true(mf.maps > 0);
+	assert_int_equal(mf.refused, 0);
 }
 
 static void full_ring(void **state)
@@ -290,6 +362,267 @@ static void pull_fault(void **state)
 	assert_false(shm_ring_faulted(&f->tx, notes[1].pos));
 }
 
+/* A pulled piece in a memfd goes as mapped records (40 bytes: kind 3,
+ * len, address, fd, pad, inode, offset), read from the mapping; the
+ * reader stops in front of one as in front of a remote record. */
+static void mapped_record(void **state)
+{
+	struct fixture *f = *state;
+	static uint8_t memfd[2 * SHM_REC_MAX + 4096];
+	uint8_t *payload = memfd + 1000, out[4096];
+	size_t plen = SHM_REC_MAX + 3000;
+	static uint8_t big[SHM_REC_MAX + 3000];
+	struct iovec v[3] = { { "HDR", 3 }, { payload, plen }, { "TR", 2 } };
+	uint8_t k[3] = { SHM_OWN, SHM_PULL, SHM_OWN };
+	struct shm_rec_note notes[4];
+	int nn = 4;
+	uint32_t h[2];
+	uint64_t body[4];
+	size_t got = 0;
+
+	for (size_t i = 0; i < sizeof(memfd); i++)
+		memfd[i] = (uint8_t)(i * 13 + 1);
+	mf.base = memfd;
+	mf.size = sizeof(memfd);
+	assert_int_equal(shm_ring_write(&f->tx, v, k, 3, &mio, notes, &nn), (ssize_t)plen + 5);
+	assert_int_equal(mf.located, 1);		/* once per piece */
+	assert_int_equal(nn, 2);			/* two records: 64 KiB + the rest */
+	assert_int_equal(notes[0].piece, 1);
+	assert_int_equal(notes[1].piece, 1);
+	assert_int_equal(notes[0].pos, 16);		/* after "HDR" inline */
+	assert_int_equal(notes[1].pos, 16 + 40);
+	/* the records, as the layout says */
+	memcpy(h, f->data + 16, 8);
+	memcpy(body, f->data + 24, 32);
+	assert_int_equal(h[0], SHM_REC_MAPPED);
+	assert_int_equal(h[1], SHM_REC_MAX);
+	assert_int_equal(body[0], (uint64_t)(uintptr_t)payload);
+	assert_int_equal((uint32_t)body[1], MF_FD);
+	assert_int_equal(body[1] >> 32, 0);		/* pad */
+	assert_int_equal(body[2], MF_INO);
+	assert_int_equal(body[3], 1000);
+	memcpy(h, f->data + 56, 8);
+	memcpy(body, f->data + 64, 32);
+	assert_int_equal(h[0], SHM_REC_MAPPED);
+	assert_int_equal(h[1], 3000);
+	assert_int_equal(body[0], (uint64_t)(uintptr_t)(payload + SHM_REC_MAX));
+	assert_int_equal(body[3], 1000 + SHM_REC_MAX);
+
+	assert_int_equal(get1(f, out, sizeof(out)), 3);
+	assert_memory_equal(out, "HDR", 3);
+	/* copied from the mapping (the counters say so), into application
+	 * memory (put) */
+	while (got < plen) {
+		struct iovec o = { big + got, plen - got };
+		ssize_t r = shm_ring_read(&f->rx, &o, 1, true, &mio);
+
+		assert_true(r > 0);
+		got += (size_t)r;
+	}
+	assert_memory_equal(big, payload, plen);
+	assert_int_equal(get1(f, out, sizeof(out)), 2);
+	assert_memory_equal(out, "TR", 2);
+	assert_int_equal(f->rx.mapped, plen);
+	assert_int_equal(f->rx.pulled, 0);
+	assert_false(shm_ring_faulted(&f->tx, notes[0].pos));
+	/* a piece outside the memfd: remote records, as before */
+	mf.located = 0;
+	v[1] = (struct iovec){ big, 100 };
+	k[0] = k[2] = SHM_OWN;
+	assert_int_equal(shm_ring_write(&f->tx, &v[1], &k[1], 1, &mio, NULL, NULL), 100);
+	memcpy(h, f->data + (f->rx.pos & (RING - 1)), 8);
+	assert_int_equal(h[0], SHM_REC_REMOTE);
+	assert_int_equal(get1(f, out, sizeof(out)), 100);
+	assert_int_equal(f->rx.pulled, 100);
+}
+
+/* A mapping that cannot be had (io->map NULL, or it says no): the
+ * record's address is pulled instead, byte for byte. */
+static void mapped_fallback(void **state)
+{
+	struct fixture *f = *state;
+	static uint8_t memfd[8192];
+	uint8_t out[8192];
+	struct iovec v = { memfd + 8, 5000 };
+	uint8_t k = SHM_PULL;
+	struct shm_ring_io nomap = mio;
+	struct iovec o = { out, sizeof(out) };
+
+	for (size_t i = 0; i < sizeof(memfd); i++)
+		memfd[i] = (uint8_t)(i ^ 0x3c);
+	mf.base = memfd;
+	mf.size = sizeof(memfd);
+	assert_int_equal(shm_ring_write(&f->tx, &v, &k, 1, &mio, NULL, NULL), 5000);
+	mf.refuse = true;
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &mio), 5000);
+	assert_memory_equal(out, memfd + 8, 5000);
+	assert_int_equal(mf.refused, 1);
+	assert_int_equal(f->rx.pulled, 5000);
+	assert_int_equal(f->rx.mapped, 0);
+	/* no map callback at all */
+	mf.refuse = false;
+	nomap.map = NULL;
+	assert_int_equal(shm_ring_write(&f->tx, &v, &k, 1, &mio, NULL, NULL), 5000);
+	memset(out, 0, sizeof(out));
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, true, &nomap), 5000);
+	assert_memory_equal(out, memfd + 8, 5000);
+	assert_int_equal(f->rx.pulled, 10000);
+	/* a record whose offset goes past the memfd's end (a lying
+	 * producer): the mapping side says no, the address is pulled */
+	assert_int_equal(shm_ring_write(&f->tx, &v, &k, 1, &mio, NULL, NULL), 5000);
+	{
+		uint64_t off = sizeof(memfd) - 100;
+
+		memcpy(f->data + ((f->rx.pos + 32) & (RING - 1)), &off, 8);
+	}
+	mf.refused = 0;
+	memset(out, 0, sizeof(out));
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &mio), 5000);
+	assert_int_equal(mf.refused, 1);
+	assert_memory_equal(out, memfd + 8, 5000);
+	assert_int_equal(f->rx.mapped, 0);
+	/* a producer without locate: remote records */
+	nomap = mio;
+	nomap.locate = NULL;
+	assert_int_equal(shm_ring_write(&f->tx, &v, &k, 1, &nomap, NULL, NULL), 5000);
+	{
+		uint32_t h[2];
+
+		memcpy(h, f->data + (f->rx.pos & (RING - 1)), 8);
+		assert_int_equal(h[0], SHM_REC_REMOTE);
+	}
+}
+
+/* A mapped record that cannot be mapped nor pulled reads as zeros and
+ * is marked for the producer (kind 2), as a remote record is; a producer
+ * that is gone ends the stream. */
+static void mapped_fault(void **state)
+{
+	struct fixture *f = *state;
+	static uint8_t memfd[8192];
+	uint8_t out[8192];
+	struct iovec v[2] = { { memfd, 3000 }, { memfd + 4000, 200 } };
+	uint8_t k[2] = { SHM_PULL, SHM_PULL };
+	struct shm_rec_note notes[4];
+	int nn = 4;
+	struct shm_ring_io bad = mio;
+	struct iovec o = { out, sizeof(out) };
+
+	memset(memfd, 0x66, sizeof(memfd));
+	mf.base = memfd;
+	mf.size = sizeof(memfd);
+	assert_int_equal(shm_ring_write(&f->tx, v, k, 2, &mio, notes, &nn), 3200);
+	assert_int_equal(nn, 2);
+	mf.refuse = true;
+	bad.pull = failing_pull;
+	memset(out, 0x55, sizeof(out));
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &bad), 3000);
+	for (size_t i = 0; i < 3000; i++)
+		assert_int_equal(out[i], 0);
+	assert_int_equal(f->rx.faults, 1);
+	assert_int_equal(f->rx.mapped, 0);
+	assert_true(shm_ring_released(&f->tx) > notes[0].pos);
+	assert_true(shm_ring_faulted(&f->tx, notes[0].pos));
+	bad.pull = gone_pull;
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &bad), -EIO);
+	assert_false(shm_ring_faulted(&f->tx, notes[1].pos));
+	/* mapped again: read from the mapping, not marked */
+	mf.refuse = false;
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &bad), 200);
+	assert_memory_equal(out, memfd + 4000, 200);
+	assert_int_equal(f->rx.mapped, 200);
+	assert_false(shm_ring_faulted(&f->tx, notes[1].pos));
+}
+
+static int failing_put(void *dst, const void *src, size_t n)
+{
+	(void)dst;
+	(void)src;
+	(void)n;
+	return -EFAULT;
+}
+
+/* Our target faults while copying from the mapping: -EFAULT, nothing
+ * consumed (the caller fails what it placed), as for inline bytes; if
+ * the mapping itself faults (it should not), the pull decides. */
+static void mapped_put_fault(void **state)
+{
+	struct fixture *f = *state;
+	static uint8_t memfd[4096];
+	uint8_t out[4096];
+	struct iovec v = { memfd, 2000 };
+	uint8_t k = SHM_PULL;
+	struct shm_ring_io bad = mio;
+	struct iovec o = { out, sizeof(out) };
+
+	memset(memfd, 0x42, sizeof(memfd));
+	mf.base = memfd;
+	mf.size = sizeof(memfd);
+	assert_int_equal(shm_ring_write(&f->tx, &v, &k, 1, &mio, NULL, NULL), 2000);
+	bad.put = failing_put;
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, true, &bad), -EFAULT);
+	assert_int_equal(shm_ring_pending(&f->rx), 1);
+	assert_int_equal(f->rx.faults, 0);
+	/* the source's probe faults too: pulled (which here writes with
+	 * memcpy, the test's stand-in for process_vm_readv) */
+	bad.get = failing_get;
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, true, &bad), 2000);
+	assert_memory_equal(out, memfd, 2000);
+	assert_int_equal(f->rx.pulled, 2000);
+	assert_int_equal(f->rx.mapped, 0);
+}
+
+/* Impossible mapped records: -EPROTO. */
+static void corrupt_mapped(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t out[64];
+	struct iovec o = { out, sizeof(out) };
+	struct {
+		uint32_t kind, len;
+		uint64_t addr;
+		uint32_t fd, pad;
+		uint64_t ino, off;
+		uint64_t tail;		/* what was published */
+	} bad[] = {
+		{ SHM_REC_MAPPED, 0, 0, MF_FD, 0, MF_INO, 0, 40 },		/* no bytes */
+		{ SHM_REC_MAPPED, SHM_REC_MAX + 1, 0, MF_FD, 0, MF_INO, 0, 40 },
+		{ SHM_REC_MAPPED, 16, 0, MF_FD, 0, MF_INO, 0, 16 },		/* cut short */
+		{ SHM_REC_MAPPED, 16, 0, MF_FD, 0, MF_INO, 0, 32 },
+		{ SHM_REC_MAPPED, 16, 0, MF_FD, 1, MF_INO, 0, 40 },		/* pad */
+		{ SHM_REC_MAPPED, 16, 0, MF_FD, 0, MF_INO, UINT64_MAX - 8, 40 },	/* wraps */
+		{ 4, 16, 0, MF_FD, 0, MF_INO, 0, 40 },			/* no kind 4 */
+		{ SHM_REC_FAULTED, 16, 0, MF_FD, 0, MF_INO, 0, 40 },
+	};
+
+	mf.base = out;
+	mf.size = sizeof(out);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		shm_ring_init(&f->rx, &f->ctl, f->data, RING);
+		memcpy(f->data, &bad[i], 40);
+		atomic_store(&f->ctl.tail, bad[i].tail);
+		assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &mio), -EPROTO);
+	}
+	assert_int_equal(mf.maps, 0);
+	/* the largest offset that does not wrap is the mapping's business:
+	 * refused there, then pulled (from address 0: nothing, zeros) */
+	{
+		struct shm_ring_io safe = mio;
+
+		safe.pull = failing_pull;
+		shm_ring_init(&f->rx, &f->ctl, f->data, RING);
+		bad[0].len = 16;
+		bad[0].off = UINT64_MAX - 16;
+		memcpy(f->data, &bad[0], 40);
+		atomic_store(&f->ctl.tail, 40);
+		memset(out, 1, sizeof(out));
+		assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &safe), 16);
+		assert_int_equal(mf.refused, 1);
+		assert_int_equal(out[0], 0);
+		assert_int_equal(f->rx.faults, 1);
+	}
+}
+
 /* Every impossible value in shared memory is -EPROTO. */
 static void corrupt_indices(void **state)
 {
@@ -330,20 +663,24 @@ static void random_garbage(void **state)
 	unsigned int seed = 99;
 	uint8_t out[300];
 
+	/* a mapped record's offset is mostly garbage: out of the mapping's
+	 * bounds (refused: pulled, zeros), or in it (copied) */
+	mf.base = f->data;
+	mf.size = RING;
 	for (int round = 0; round < 20000; round++) {
 		ssize_t r;
 
 		for (size_t i = 0; i < 64; i++)
 			f->data[rand_r(&seed) % RING] = (uint8_t)rand_r(&seed);
 		if (round % 3 == 0) {
-			uint32_t kl[2] = { (uint32_t)rand_r(&seed) % 3, (uint32_t)rand_r(&seed) % 600 };
+			uint32_t kl[2] = { (uint32_t)rand_r(&seed) % 4, (uint32_t)rand_r(&seed) % 600 };
 
 			memcpy(f->data + (f->rx.pos & (RING - 1) & ~7U), kl, sizeof(kl));
 		}
 		if (round % 5 == 0)
 			atomic_store(&f->ctl.tail, f->rx.pos + (uint64_t)(rand_r(&seed) % (RING + 64)));
 		{
-			struct shm_ring_io safe = io;
+			struct shm_ring_io safe = mio;
 			struct iovec v = { out, 1 + (size_t)rand_r(&seed) % sizeof(out) };
 
 			/* remote records point at nothing real: zeros */
@@ -366,6 +703,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(stops_before_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(app_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(pull_fault, setup, teardown),
+		cmocka_unit_test_setup_teardown(model_stream_mapped, setup, teardown),
+		cmocka_unit_test_setup_teardown(mapped_record, setup, teardown),
+		cmocka_unit_test_setup_teardown(mapped_fallback, setup, teardown),
+		cmocka_unit_test_setup_teardown(mapped_fault, setup, teardown),
+		cmocka_unit_test_setup_teardown(mapped_put_fault, setup, teardown),
+		cmocka_unit_test_setup_teardown(corrupt_mapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(corrupt_indices, setup, teardown),
 		cmocka_unit_test_setup_teardown(random_garbage, setup, teardown),
 	};
