@@ -74,23 +74,12 @@ static bool map_enabled(void)
 static uint64_t map_min(void)
 {
 	static atomic_bool warned;
-	const char *v = getenv("SOFTRNIC_SHM_MAP_MIN");
-	unsigned long long n;
-	char *end;
+	uint64_t n = MAP_MIN_DEFAULT;
 
-	if (!v || !*v)
-		return MAP_MIN_DEFAULT;
-	errno = 0;
-	n = strtoull(v, &end, 0);
-	switch (*end) {
-	case 'k': case 'K': n <<= 10; end++; break;
-	case 'm': case 'M': n <<= 20; end++; break;
-	case 'g': case 'G': n <<= 30; end++; break;
-	default: break;
-	}
-	if (*end || end == v || errno || *v == '-') {
+	if (sr_env_size("SOFTRNIC_SHM_MAP_MIN", UINT64_MAX, &n) < 0) {
 		if (!atomic_exchange(&warned, true))
-			sr_warn("SOFTRNIC_SHM_MAP_MIN=%s ignored (bytes, K/M/G suffix)", v);
+			sr_warn("SOFTRNIC_SHM_MAP_MIN=%s ignored (bytes, K/M/G suffix)",
+				getenv("SOFTRNIC_SHM_MAP_MIN"));
 		return MAP_MIN_DEFAULT;
 	}
 	return n;

@@ -39,25 +39,18 @@ static pthread_once_t dm_once = PTHREAD_ONCE_INIT;
  * device memory off (max_dm_size 0, ibv_alloc_dm ENOMEM). */
 static void dm_init_limit(void)
 {
-	const char *v = getenv("SOFTRNIC_DM_SIZE");
-	unsigned long long n;
-	char *end;
+	uint64_t n;
 
 	dm_limit = DM_DEFAULT_SIZE;
-	if (!v || !*v)
-		return;
-	n = strtoull(v, &end, 0);
-	switch (*end) {
-	case 'k': case 'K': n <<= 10; end++; break;
-	case 'm': case 'M': n <<= 20; end++; break;
-	case 'g': case 'G': n <<= 30; end++; break;
-	default: break;
+	switch (sr_env_size("SOFTRNIC_DM_SIZE", DM_MAX_SIZE, &n)) {
+	case 1:
+		dm_limit = n & ~(uint64_t)(DM_ALIGN - 1);
+		break;
+	case -1:
+		sr_warn("SOFTRNIC_DM_SIZE=%s ignored (bytes up to 1G, K/M/G suffix)",
+			getenv("SOFTRNIC_DM_SIZE"));
+		break;
 	}
-	if (*end || end == v || n > DM_MAX_SIZE) {
-		sr_warn("SOFTRNIC_DM_SIZE=%s ignored (bytes up to 1G, K/M/G suffix)", v);
-		return;
-	}
-	dm_limit = n & ~(uint64_t)(DM_ALIGN - 1);
 }
 
 uint64_t dm_max_size(void)

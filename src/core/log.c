@@ -1,6 +1,7 @@
 /* Logging and small utilities. */
 #include "core/util.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,4 +62,29 @@ uint32_t sr_random32(void)
 	while (getrandom(&v, sizeof(v), 0) != sizeof(v))
 		;
 	return v;
+}
+
+int sr_env_size(const char *name, uint64_t max, uint64_t *out)
+{
+	const char *v = getenv(name);
+	unsigned long long n;
+	unsigned int shift = 0;
+	char *end;
+
+	if (!v || !*v)
+		return 0;
+	if (*v == '-')
+		return -1;
+	errno = 0;
+	n = strtoull(v, &end, 0);
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: break;
+	}
+	if (*end || end == v || errno || n > (max >> shift))
+		return -1;
+	*out = (uint64_t)n << shift;
+	return 1;
 }

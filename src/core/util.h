@@ -59,6 +59,12 @@ void sr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 #define sr_info(...) do { if (sr_log_level >= SR_LOG_INFO) sr_log(SR_LOG_INFO, __VA_ARGS__); } while (0)
 #define sr_warn(...) do { if (sr_log_level >= SR_LOG_WARN) sr_log(SR_LOG_WARN, __VA_ARGS__); } while (0)
 
+/* A size knob (SOFTRNIC_DM_SIZE, SOFTRNIC_SHM_MAP_MIN): bytes, with an
+ * optional K, M or G suffix. 1: set and valid (*out), 0: unset or empty,
+ * -1: set but not a size of at most max (the caller warns and keeps its
+ * default). */
+int sr_env_size(const char *name, uint64_t max, uint64_t *out);
+
 /* Random 32-bit value from the kernel's CSPRNG (getrandom), for keys. */
 uint32_t sr_random32(void);
 
