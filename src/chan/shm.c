@@ -117,6 +117,9 @@ struct shm_link {
 	 * first: one the peer read as zeros fails its WQE (tc->lock). */
 	struct { uint64_t pos; uint32_t msn; } pend[SHM_PEND];
 	uint32_t pend_head, pend_tail;
+	/* ever wrote a remote record: set before the record is published,
+	 * so whoever reads an answer to it sees this set */
+	_Atomic bool pulls_sent;
 	/* why the rings are unusable (set by either side's lock holder,
 	 * read by the other) */
 	const char *_Atomic broken;
@@ -422,6 +425,7 @@ static bool ctl_queue_locked(struct tcp_chan *tc, uint8_t status, const void *bo
 	memcpy(m->payload, body, len);
 	sr_list_add_tail(tc->txq.next, &m->link);	/* before the first */
 	tc->tx_urgent = true;
+	tx_busy_locked(tc);
 	return true;
 }
 
@@ -739,6 +743,11 @@ static void wake_if(_Atomic uint32_t *flag, int efd)
 		wake(efd);
 }
 
+bool shm_pulls_sent(const struct tcp_chan *tc)
+{
+	return tc->shm && atomic_load_explicit(&tc->shm->pulls_sent, memory_order_acquire);
+}
+
 void shm_faults_locked(struct tcp_chan *tc)
 {
 	struct shm_link *l = tc->shm;
@@ -783,6 +792,12 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 
 	/* before the space of released records is written again */
 	shm_faults_locked(tc);
+	if (!atomic_load_explicit(&l->pulls_sent, memory_order_relaxed))
+		for (int i = 0; i < n; i++)
+			if (kinds[i] == SHM_PULL) {
+				atomic_store_explicit(&l->pulls_sent, true, memory_order_relaxed);
+				break;
+			}
 	for (;;) {
 		struct shm_rec_note notes[128];
 		int nn = (int)ARRAY_SIZE(notes);
@@ -862,6 +877,21 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 		atomic_thread_fence(memory_order_seq_cst);
 		slept = true;
 	}
+}
+
+uint64_t shm_rx_mark(const struct tcp_chan *tc)
+{
+	const struct shm_link *l = tc->shm;
+
+	return l->rx.rec ? 1 : l->rx.pos;	/* (records are 8-aligned) */
+}
+
+bool shm_rx_idle_at(const struct tcp_chan *tc, uint64_t mark)
+{
+	const struct shm_link *l = tc->shm;
+
+	return atomic_load_explicit(&l->rx.ctl->tail, memory_order_relaxed) == mark &&
+	       !atomic_load_explicit(&tc->shm_eof, memory_order_acquire) && !l->broken;
 }
 
 const char *shm_broken(const struct tcp_chan *tc)

@@ -59,12 +59,22 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
  * as over TCP: their msns go to tc->faults (tcp_tx_faults tells the
  * QP). Call before answers from the peer are delivered. tc->lock held. */
 void shm_faults_locked(struct tcp_chan *tc);
+/* Have we ever written a remote record on this stream (so that
+ * shm_faults_locked may find something)? No lock needed: read after an
+ * answer came in, it sees every record that answer could be to. */
+bool shm_pulls_sent(const struct tcp_chan *tc);
 /* Read like recv/readv: bytes, 0 at the end (the socket ended and the
  * ring is empty), or -1 with errno (EAGAIN empty, EFAULT could not place
  * into iov, EPROTO corrupt ring or unreadable peer). rx_lock held. */
 ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app);
 /* Why the rings cannot be used any more, or NULL. */
 const char *shm_broken(const struct tcp_chan *tc);
+/* Where our reading of the ring stands (rx_lock held): the position
+ * read up to, or 1 if a record is half read. */
+uint64_t shm_rx_mark(const struct tcp_chan *tc);
+/* Nothing to read since mark (shm_rx_mark's, even): the ring's tail is
+ * still there, it is not broken, the socket has not ended. No lock. */
+bool shm_rx_idle_at(const struct tcp_chan *tc, uint64_t mark);
 /* Wake our own progress thread (it then runs a receive pass). */
 void shm_self_wake(struct tcp_chan *tc);
 /* Should the payload piece at p (len bytes, the application's memory)

@@ -155,6 +155,7 @@ struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
 	tc->pl.fd = fd;
 	tc->pl.on_event = tcp_on_event;
 	tc->epl.fd = -1;
+	atomic_init(&tc->rx_mark, 1);
 	tc->timer.fire = tcp_on_timer;
 	pthread_mutex_init(&tc->lock, NULL);
 	pthread_mutex_init(&tc->rx_lock, NULL);
@@ -414,6 +415,7 @@ static void tcp_close(struct sr_chan *ch)
 			m->msn = tc->rx_req_msn;
 			sr_list_add_tail(&tc->txq, &m->link);
 		}
+		tx_busy_locked(tc);
 		tcp_drain_locked(tc);
 	}
 	tc->closed = true;
@@ -649,6 +651,9 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
 		if (n == (int)ARRAY_SIZE(busy))
 			break;
 		if (tc->state == TS_UP && !tc->closed && qp && (qp->scq == cq || qp->rcq == cq)) {
+			/* (listed: alive while we hold t->lock) */
+			if (tcp_poll_idle(tc))
+				continue;
 			chan_get(&tc->ch);
 			busy[n++] = tc;
 		}

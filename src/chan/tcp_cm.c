@@ -205,6 +205,7 @@ void chan_tcp_cm_disconnect(struct sr_chan *ch)
 			m->msn = tc->rx_req_msn;
 			sr_list_add_tail(&tc->txq, &m->link);
 		}
+		tx_busy_locked(tc);
 		tcp_drain_locked(tc);
 	}
 	pthread_mutex_unlock(&tc->lock);

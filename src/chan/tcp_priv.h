@@ -118,6 +118,23 @@ struct tcp_chan {
 	 * poll, so it rides along with the reply (tcp_rx.c). */
 	bool poll_owned;
 	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
+	_Atomic unsigned int polls;	/* polls of it, for stamping 1 in 64 */
+	/* Nothing to write and nothing owed (no ACK pending, queue and slots
+	 * empty, no faults to report, not paused): set under tc->lock where
+	 * a flush found it so, cleared under it wherever work is queued. A
+	 * poller on a ring with nothing in it returns at once, without a
+	 * lock, while this holds (tcp_rx_poll). */
+	_Atomic bool tx_idle;
+	/* The last post was held (tx_hold) and nothing else waits for a
+	 * kick: the kick that follows it has nothing to do. Set by tcp_send,
+	 * cleared with tx_idle and by every flush. */
+	_Atomic bool tx_held;
+	/* After the last receive pass on shm: the ring position it read up
+	 * to, or 1 (odd) if it left anything behind (bytes staged, a segment
+	 * or record half read) or the stream is not on shm. A poller whose
+	 * ring tail still equals it, with tx_idle, has nothing to do and
+	 * takes no lock of the stream (chan_tcp_poll). */
+	_Atomic uint64_t rx_mark;
 	/* requests sent but not yet answered (ACK, READ/atomic response):
 	 * while some are, a post does not write at once; the answer's arrival
 	 * flushes everything posted meanwhile in one write */
@@ -190,6 +207,8 @@ struct tcp_chan {
 	struct rx_direct dr;		/* segment being placed directly */
 	struct rx_send sd;		/* SEND being placed directly */
 	bool rx_poller;			/* a poller's pass (rx_lock) */
+	bool rx_ans_new;		/* answers came in this pass, up to */
+	uint32_t rx_ans_got;		/* ... this request (for rx_ans_msn) */
 
 	/* The same-host channel (shm.c): the rings, once offered or
 	 * accepted; each direction moves at one point of its stream. */
@@ -202,6 +221,14 @@ struct tcp_chan {
 	_Atomic bool shm_eof;		/* the socket ended: drain, then end */
 	struct sr_pollable epl;		/* our eventfd */
 };
+
+/* Work was queued (or may be owed): an empty poll must take the slow
+ * path. tc->lock held. */
+static inline void tx_busy_locked(struct tcp_chan *tc)
+{
+	atomic_store_explicit(&tc->tx_idle, false, memory_order_relaxed);
+	atomic_store_explicit(&tc->tx_held, false, memory_order_relaxed);
+}
 
 static inline struct tcp_chan *to_tc(struct sr_chan *ch)
 {
@@ -277,5 +304,9 @@ void tcp_rx_try(struct tcp_chan *tc);
  * read brings and returns, leaving the ACK owed to ride on the program's
  * next post when the stream is poll-owned. */
 void tcp_rx_poll(struct tcp_chan *tc);
+/* Would tcp_rx_poll find nothing to do on this stream (a ring with nothing
+ * new, nothing staged, nothing to write)? A lock-free look, safe while
+ * the stream is listed; false when unsure. Stamps the poll (POLL_WINDOW). */
+bool tcp_poll_idle(struct tcp_chan *tc);
 
 #endif

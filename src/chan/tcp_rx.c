@@ -116,13 +116,24 @@ static struct sr_msg *tagged_msg(struct tcp_chan *tc, const struct ddp_hdr *h, u
 	return m;
 }
 
-/* An answer to request msn came in (answers come in request order). */
+/* An answer to request msn came in (answers come in request order). It
+ * is noted here (rx_lock) and told to the transmit side once per pass,
+ * under the channel lock the pass takes anyway (ans_apply_locked). */
 static void note_answer(struct tcp_chan *tc, uint32_t msn)
 {
-	pthread_mutex_lock(&tc->lock);
-	if ((int32_t)(msn + 1 - tc->rx_ans_msn) > 0)
-		tc->rx_ans_msn = msn + 1;
-	pthread_mutex_unlock(&tc->lock);
+	if (!tc->rx_ans_new || (int32_t)(msn - tc->rx_ans_got) > 0)
+		tc->rx_ans_got = msn;
+	tc->rx_ans_new = true;
+}
+
+/* Caller holds both locks. */
+static void ans_apply_locked(struct tcp_chan *tc)
+{
+	if (!tc->rx_ans_new)
+		return;
+	if ((int32_t)(tc->rx_ans_got + 1 - tc->rx_ans_msn) > 0)
+		tc->rx_ans_msn = tc->rx_ans_got + 1;
+	tc->rx_ans_new = false;
 }
 
 /* What a SEND's opcode and header say about it (RFC 5040 §4.3; softrnic's
@@ -474,6 +485,7 @@ static ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct dd
 		uint8_t rb[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
 		struct sr_rwqe *r = (struct sr_rwqe *)rb;
 		struct sr_msg *m;
+		size_t rsz;
 		int k;
 
 		if (sd->active || tc->as_untagged)
@@ -481,16 +493,18 @@ static ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct dd
 		k = qp_place_send(qp, r, sd->iov, sd->refs, SR_MAX_SGE);
 		if (k == -EAGAIN)
 			return -EAGAIN;
+		/* (the WQE's own SGEs, not the most there may be) */
+		rsz = sizeof(*r) + sr_min(r->num_sge, (uint32_t)SR_MAX_SGE) * sizeof(struct ibv_sge);
 		m = msg_alloc(0);
 		if (m)
-			m->rwqe = malloc(sizeof(rb));
+			m->rwqe = malloc(rsz);
 		if (!m || !m->rwqe) {
 			msg_free(m);
 			while (k-- > 0)
 				mr_release(&sd->refs[k]);
 			return -ENOMEM;
 		}
-		memcpy(m->rwqe, r, sizeof(rb));
+		memcpy(m->rwqe, r, rsz);
 		m->op = SR_MSG_SEND;
 		send_flags(m, h);
 		/* sd->iov and refs were filled by qp_place_send */
@@ -648,6 +662,23 @@ static void rbuf_front(struct tcp_chan *tc, size_t *off)
 	*off = 0;
 }
 
+/* May a SEND take its receive WQE before what out holds is delivered?
+ * Only if out holds nothing but SENDs placed whole into the WQEs they
+ * took, in order, that change nothing else when delivered (no error, no
+ * invalidation): then a read of many small SENDs is delivered in one
+ * batch, not one per pass. */
+static bool sends_only(const struct rx_out *out)
+{
+	for (int i = 0; i < out->n; i++) {
+		const struct sr_msg *m = out->m[i];
+
+		if (m->op != SR_MSG_SEND || !(m->flags & SR_MSGF_PLACED) ||
+		    (m->flags & (SR_MSGF_PLACE_ERR | SR_MSGF_TOO_LONG | SR_MSGF_INV)))
+			return false;
+	}
+	return true;
+}
+
 /* Parse FPDUs out of rbuf (only the progress thread touches rx state). */
 static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 {
@@ -697,7 +728,7 @@ static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 
 			if (op == RDMAP_SEND || op == RDMAP_SEND_SE || op == RDMAP_SEND_INV ||
 			    op == RDMAP_SEND_SE_INV || op == SR_EXT_SEND_IMM || op == SR_EXT_SEND_SE_IMM) {
-				if (out->n && !tc->sd.active)
+				if (!tc->sd.active && !sends_only(out))
 					break;	/* deliver what came first */
 				hl = sr_ext_opcode(op) ? sr_ext_hdr_decode(p + 2, ulen, &h)
 						       : ddp_hdr_decode(p + 2, ulen, &h);
@@ -751,6 +782,24 @@ static void open_tx_gate(struct tcp_chan *tc)
 	tcp_kick_now(tc);
 }
 
+/* How many bytes to read into rbuf now. From a socket, all it takes (one
+ * system call). From the ring, a few KiB beyond what is staged, or as
+ * much as the first FPDU staged needs: each pass delivers at most
+ * ARRAY_SIZE(rx_out.m) messages and moves what it did not parse to the
+ * front of rbuf, so reading 100 KiB of small messages at once costs a
+ * memmove of most of it per pass. */
+#define SHM_RX_CHUNK	4096U
+static size_t rx_want(const struct tcp_chan *tc)
+{
+	size_t lim = SHM_RX_CHUNK;
+
+	if (!tc->shm_rx)
+		return RX_BUF - tc->rlen;
+	if (tc->rlen >= MPA_ULPDU_LEN_SIZE)
+		lim = sr_max(lim, mpa_fpdu_len((size_t)tc->rbuf[0] << 8 | tc->rbuf[1]));
+	return lim > tc->rlen ? sr_min(lim - tc->rlen, RX_BUF - tc->rlen) : 0;
+}
+
 /* Is there nothing to write but a positive ACK? tc->lock held. */
 static bool only_ack_owed(const struct tcp_chan *tc)
 {
@@ -770,9 +819,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 					 * waits no longer (a one-way stream
 					 * would starve its sender) */
 
+	bool locked = true;		/* (the first round's check is made
+					 * under this lock) */
+
 	pthread_mutex_lock(&tc->lock);
 	owed_before = tc->ack_pending;
-	pthread_mutex_unlock(&tc->lock);
 	tc->rx_poller = poller;
 
 	for (;;) {
@@ -781,8 +832,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		ssize_t n = 0;
 		int perr = 0, derr = 0;
 		bool eof = false, progress = false;
+		size_t rwant;
 
-		pthread_mutex_lock(&tc->lock);
+		if (!locked)
+			pthread_mutex_lock(&tc->lock);
+		locked = false;
 		if (tc->state != TS_UP || tc->closed) {
 			pthread_mutex_unlock(&tc->lock);
 			return NULL;
@@ -794,6 +848,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		if (!tc->dr.active && qp_rx_congested(qp)) {
 			pthread_mutex_lock(&tc->lock);
 			tc->rx_paused = true;
+			tx_busy_locked(tc);
 			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 			pthread_mutex_unlock(&tc->lock);
 			tcp_kick_now(tc);	/* answers owed so far go now */
@@ -817,8 +872,10 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			progress |= derr > 0;
 			if (derr < 0)
 				eof = true;
+		} else if (tc->rlen < RX_BUF && !(rwant = rx_want(tc))) {
+			/* (on shm: enough staged for this round) */
 		} else if (tc->rlen < RX_BUF) {
-			n = io_recv(tc, tc->rbuf + tc->rlen, RX_BUF - tc->rlen);
+			n = io_recv(tc, tc->rbuf + tc->rlen, rwant);
 			if (n > 0) {
 				tc->rlen += (size_t)n;
 				progress = true;
@@ -836,7 +893,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		if (out.n)
 			progress = true;
 
-		if (out.n && tc->shm_rx) {
+		if (out.n && tc->shm_rx && shm_pulls_sent(tc)) {
 			/* a payload of ours the peer found gone fails its WQE
 			 * before the peer's answer to it settles it */
 			pthread_mutex_lock(&tc->lock);
@@ -845,9 +902,14 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			if (tc->nfaults)
 				tcp_tx_faults(tc);
 		}
-		for (int i = 0; i < out.n; i++)
-			if (!qp_rx(qp, out.m[i]))
-				msg_free(out.m[i]);
+		if (out.n)
+			qp_rx_many(qp, out.m, out.n);
+		if (tc->rx_ans_new && !(poller && out.n && !eof)) {
+			/* (a poller's pass does it below, with its other look) */
+			pthread_mutex_lock(&tc->lock);
+			ans_apply_locked(tc);
+			pthread_mutex_unlock(&tc->lock);
+		}
 		if (perr) {
 			/* RFC 5040 §5.3: a malformed frame ends the stream
 			 * with TERMINATE. */
@@ -865,10 +927,13 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			bool defer;
 
 			pthread_mutex_lock(&tc->lock);
+			ans_apply_locked(tc);
 			defer = tc->poll_owned && !owed_before && only_ack_owed(tc);
+			if (!defer && tc->state == TS_UP && !tc->closed)
+				tcp_flush_locked(tc);
 			pthread_mutex_unlock(&tc->lock);
 			if (!defer)
-				tcp_kick_now(tc);
+				tcp_kick(&tc->ch);
 			return NULL;
 		}
 		/* Answers go out once the socket is drained (or with every
@@ -883,12 +948,41 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 	}
 }
 
+/* Publish where this pass left the ring (tc->rx_mark). rx_lock held. */
+static void rx_mark_update(struct tcp_chan *tc)
+{
+	uint64_t mark = 1;
+
+	if (tc->shm_rx && !tc->rlen && !tc->dr.active && !tc->sd.active && !tc->as_untagged &&
+	    !tc->as_active)
+		mark = shm_rx_mark(tc);
+	atomic_store_explicit(&tc->rx_mark, mark, memory_order_release);
+}
+
+bool tcp_poll_idle(struct tcp_chan *tc)
+{
+	/* The clock is read on one poll in 64: a busy poller polls far more
+	 * often than POLL_WINDOW_NS, and a stale stamp only hands the stream
+	 * back to the progress thread sooner. */
+	unsigned int polls = atomic_load_explicit(&tc->polls, memory_order_relaxed);
+	uint64_t mark;
+
+	/* (a lost count between two pollers only moves the next stamp) */
+	atomic_store_explicit(&tc->polls, polls + 1, memory_order_relaxed);
+	if ((polls & 63) == 0 || !atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed))
+		atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
+	mark = atomic_load_explicit(&tc->rx_mark, memory_order_acquire);
+	return !(mark & 1) && atomic_load_explicit(&tc->tx_idle, memory_order_acquire) &&
+	       shm_rx_idle_at(tc, mark);
+}
+
 void tcp_rx(struct tcp_chan *tc)
 {
 	const char *why;
 
 	pthread_mutex_lock(&tc->rx_lock);
 	why = tcp_rx_locked(tc, false);
+	rx_mark_update(tc);
 	pthread_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);
@@ -901,6 +995,7 @@ void tcp_rx_try(struct tcp_chan *tc)
 	if (pthread_mutex_trylock(&tc->rx_lock))
 		return;
 	why = tcp_rx_locked(tc, false);
+	rx_mark_update(tc);
 	pthread_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);
@@ -910,10 +1005,10 @@ void tcp_rx_poll(struct tcp_chan *tc)
 {
 	const char *why;
 
-	atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
 	if (pthread_mutex_trylock(&tc->rx_lock))
 		return;
 	why = tcp_rx_locked(tc, true);
+	rx_mark_update(tc);
 	pthread_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);

@@ -440,6 +440,8 @@ static uint8_t piece_kind(const struct tcp_chan *tc, const struct tx_fpdu *s, in
 /* Write what we can. Caller holds tc->lock; state is UP. */
 void tcp_flush_locked(struct tcp_chan *tc)
 {
+	/* (it may leave faults or written requests for the kick to tell) */
+	atomic_store_explicit(&tc->tx_held, false, memory_order_relaxed);
 	if (tc->tx_gate)
 		return;		/* tcp_rx opens it at the first byte in */
 	for (;;) {
@@ -473,6 +475,10 @@ void tcp_flush_locked(struct tcp_chan *tc)
 		if (tc->slot_head == tc->slot_tail) {
 			tc->tx_urgent = false;
 			want(tc, rx_events(tc));
+			atomic_store_explicit(&tc->tx_idle,
+					      sr_list_empty(&tc->txq) && !tc->cur && !tc->ack_pending &&
+					      !tc->rx_paused && !tc->nfaults && !tc->tx_written,
+					      memory_order_relaxed);
 			return;
 		}
 		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++) {
@@ -553,9 +559,12 @@ void tcp_flush_locked(struct tcp_chan *tc)
 	}
 }
 
+static bool tx_hold(struct tcp_chan *tc);
+
 int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 {
 	struct tcp_chan *tc = to_tc(ch);
+	bool req;
 
 	pthread_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD || tc->closed) {
@@ -563,11 +572,13 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 		msg_free(m);
 		return -ENOTCONN;
 	}
+	tx_busy_locked(tc);
 	/* Positive ACKs are cumulative: keep only the latest, send it when
 	 * the queue drains (one per batch of inbound requests). */
-	if (m->op != SR_MSG_SEND && m->op != SR_MSG_WRITE && m->op != SR_MSG_IMM &&
-	    m->op != SR_MSG_READ_REQ && m->op != SR_MSG_ATOMIC_REQ && m->op != SR_MSG_XRC &&
-	    m->op != SR_MSG_ATOMIC_WRITE)
+	req = m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM ||
+	      m->op == SR_MSG_READ_REQ || m->op == SR_MSG_ATOMIC_REQ || m->op == SR_MSG_XRC ||
+	      m->op == SR_MSG_ATOMIC_WRITE;
+	if (!req)
 		tc->tx_urgent = true;	/* answers are never held back */
 	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK && tc->ext) {
 		tc->ack_pending = true;
@@ -583,6 +594,15 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	}
 	ack_flush_locked(tc);
 	sr_list_add_tail(&tc->txq, &m->link);
+	/* On shm a request goes into the ring now, unless held (tx_hold):
+	 * one lock for the post, and the kick that follows finds nothing
+	 * to do. (Answers wait for the kick: one write per batch.) */
+	if (req && tc->shm_tx && tc->state == TS_UP) {
+		if (!tx_hold(tc))
+			tcp_flush_locked(tc);
+		else if (!tc->rx_paused && !tc->nfaults && !tc->tx_written)
+			atomic_store_explicit(&tc->tx_held, true, memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&tc->lock);
 	return 0;
 }
@@ -615,6 +635,12 @@ void tcp_kick(struct sr_chan *ch)
 
 	struct sr_qp *qp = NULL;
 
+	/* Nothing queued, owed, paused or to report (a post on shm wrote
+	 * its message in tcp_send), or the post before this kick was held
+	 * with nothing else to do: nothing to do. */
+	if (atomic_load_explicit(&tc->tx_idle, memory_order_acquire) ||
+	    atomic_load_explicit(&tc->tx_held, memory_order_acquire))
+		return;
 	pthread_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP && !tc->closed) {
 		if (!tx_hold(tc))

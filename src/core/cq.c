@@ -207,7 +207,10 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 	}
 	e = &cq->ring[cq->tail & (cq->size - 1)];
 	e->wc = *wc;
-	e->ts = now_ns();
+	/* (the clock only for a CQ that asked for stamps: it costs more
+	 * than the rest of a completion) */
+	e->ts = cq->wc_flags_ex & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+				   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) ? now_ns() : 0;
 	e->sq_qp = qp;
 	e->sq_upto = upto;
 	cq->tail++;
@@ -243,8 +246,12 @@ int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 
 	if (n < 0)
 		return -EINVAL;
-	if (cq_empty(cq))
+	if (cq_empty(cq)) {
 		cq_progress(cq);
+		/* still nothing: as if polled a moment earlier, no lock */
+		if (cq_empty(cq))
+			return 0;
+	}
 	pthread_mutex_lock(&cq->lock);
 	while (i < n && cq->head != cq->tail) {
 		struct sr_cqe *e = &cq->ring[cq->head & (cq->size - 1)];
@@ -293,8 +300,11 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	if (cq_empty(cq))
+	if (cq_empty(cq)) {
 		cq_progress(cq);
+		if (cq_empty(cq))
+			return ENOENT;
+	}
 	pthread_mutex_lock(&cq->lock);
 	if (cq->head == cq->tail) {
 		pthread_mutex_unlock(&cq->lock);

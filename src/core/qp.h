@@ -186,6 +186,9 @@ void qp_init_wr_ops(struct sr_qp *qp);
 /* Called by channels. qp_rx: one inbound message; returns true if the QP
  * kept it (the channel must not free it). Takes the QP lock itself. */
 bool qp_rx(struct sr_qp *qp, struct sr_msg *m);
+/* The same for n messages in order, under one hold of the QP lock; frees
+ * those the QP does not keep. */
+void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n);
 void qp_chan_lost(struct sr_qp *qp);
 /* The peer QP was destroyed or reset in an orderly way. As on IB, the QP
  * stays as it is (receives stay posted) until it next needs the peer:

@@ -650,12 +650,10 @@ void qp_rx_pending_clear_locked(struct sr_qp *qp)
 
 bool qp_rx_congested(struct sr_qp *qp)
 {
-	bool c;
-
-	pthread_mutex_lock(&qp->lock);
-	c = qp->rx_pending_bytes > SR_RX_BACKLOG;
-	pthread_mutex_unlock(&qp->lock);
-	return c;
+	/* A hint, read without the QP lock (once per receive pass and per
+	 * kick): a stale value pauses or resumes one pass late, and the
+	 * next pass or kick looks again. */
+	return __atomic_load_n(&qp->rx_pending_bytes, __ATOMIC_RELAXED) > SR_RX_BACKLOG;
 }
 
 /* Process parked requests in order until one must wait again. */
@@ -713,13 +711,12 @@ static bool is_response(uint8_t op)
 	       op == SR_MSG_TERMINATE || op == SR_MSG_RNR;
 }
 
-bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
+static bool qp_rx_locked(struct sr_qp *qp, struct sr_msg *m)
 {
 	bool kept = false;
 
 	if (m->op >= SR_MSG_OP_MAX)
 		return false;
-	pthread_mutex_lock(&qp->lock);
 	if (is_response(m->op)) {
 		if (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ||
 		    qp->state == IBV_QPS_SQE)
@@ -748,8 +745,26 @@ bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
 		kept = true;
 	}
 out:
+	return kept;
+}
+
+bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
+{
+	bool kept;
+
+	pthread_mutex_lock(&qp->lock);
+	kept = qp_rx_locked(qp, m);
 	pthread_mutex_unlock(&qp->lock);
 	return kept;
+}
+
+void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n)
+{
+	pthread_mutex_lock(&qp->lock);
+	for (int i = 0; i < n; i++)
+		if (!qp_rx_locked(qp, m[i]))
+			msg_free(m[i]);
+	pthread_mutex_unlock(&qp->lock);
 }
 
 /* Fail the head WQE as a transport retry would, then enter ERROR.

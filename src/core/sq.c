@@ -697,6 +697,7 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 
 int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+	struct sr_chan *ch;
 	int ret = 0;
 
 	pthread_mutex_lock(&qp->lock);
@@ -717,8 +718,17 @@ int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **
 	else
 		qp_sq_progress_locked(qp);
 out:
+	/* qp_kick, without taking the QP lock again */
+	ch = qp->raw ? NULL : qp->chan;
+	if (ch)
+		chan_get(ch);
 	pthread_mutex_unlock(&qp->lock);
-	qp_kick(qp);
+	if (ch) {
+		chan_kick(ch);
+		chan_put(ch);
+	} else if (qp->raw) {
+		qp_kick(qp);
+	}
 	return ret;
 }
 
