@@ -32,7 +32,10 @@
 #include <unistd.h>
 
 #define MAP_MIN_DEFAULT (1ull << 20)
-#define MAP_MAX_RANGES 1024	/* each holds a descriptor open */
+/* Each shared range holds a descriptor open, and the usual soft limit
+ * is 1024 for the whole program: beyond this many, regions stay private
+ * (their transfers use process_vm_readv). */
+#define MAP_MAX_RANGES 128
 #define MAP_PIECES 32		/* pieces of a range the program re-protected */
 
 struct map_range {
