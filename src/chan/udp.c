@@ -440,7 +440,7 @@ static void rx_opts(int fd, int family)
 }
 
 /* The UDP twin of the context's TCP listener: same port, same families. */
-static int udp_socket(uint16_t port, int *family)
+int chan_udp_reserve(uint16_t port, int *family)
 {
 	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT,
 				   .sin6_port = htons(port) };
@@ -485,7 +485,13 @@ int chan_udp_open(struct sr_context *ctx)
 		goto out;
 	}
 	u->rbuf = malloc(UD_HDR_LEN + UD_MAX_PAYLOAD + 1);
-	fd = udp_socket(ctx->port, &u->family);
+	if (ctx->udp_fd >= 0) {
+		fd = ctx->udp_fd;	/* reserved when the context opened */
+		u->family = ctx->udp_family;
+		ctx->udp_fd = -1;
+	} else {
+		fd = chan_udp_reserve(ctx->port, &u->family);
+	}
 	if (!u->rbuf || fd < 0) {
 		ret = fd < 0 ? fd : -ENOMEM;
 		free(u->rbuf);

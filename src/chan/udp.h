@@ -25,6 +25,10 @@
 
 #define SR_UD_MCAST_PORT	4792
 
+/* Bind a UDP socket on port (the context's TCP port), dual-stack where
+ * the host has IPv6: the fd (*family: AF_INET6 or AF_INET), or -errno
+ * (-EADDRINUSE: another socket has that UDP port). */
+int chan_udp_reserve(uint16_t port, int *family);
 /* Open the context's UDP socket (once) and register it with the progress
  * engine. -EADDRINUSE if the UDP port twin of the TCP listener is taken. */
 int chan_udp_open(struct sr_context *ctx);

@@ -177,6 +177,9 @@ struct sr_context {
 	uint32_t qp_last;		/* slot handed out last (ctx->lock) */
 	uint16_t port;			/* QPN prefix: the context's TCP port */
 	int listen_fd;
+	/* The UDP twin of listen_fd's port, bound when the context opens so
+	 * that its UD QPNs are ours too; chan_udp_open takes it (-1 then). */
+	int udp_fd, udp_family;
 	struct sr_evq async;
 	pid_t owner;			/* pid that opened it (fork safety) */
 	struct sr_list link;		/* in the process-wide context list */

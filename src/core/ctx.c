@@ -22,7 +22,7 @@
 static pthread_mutex_t ctx_list_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sr_list ctx_list = { &ctx_list, &ctx_list };
 
-static int ctx_listen(struct sr_context *ctx)
+static int ctx_listen_once(struct sr_context *ctx)
 {
 	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
 	socklen_t alen = sizeof(a);
@@ -62,6 +62,37 @@ err:
 	}
 }
 
+/* The context's TCP listener on a port whose UDP twin is free too: the
+ * port is the QPN prefix of its RC and UD QPs alike (DESIGN.md decision
+ * 4). The kernel picks the TCP port; another process may hold that
+ * number in UDP (another context's UD QPs), so try again, keeping the
+ * refused listeners until the end so the kernel cannot offer the same
+ * port twice. */
+static int ctx_listen(struct sr_context *ctx)
+{
+	int refused[32], nref = 0, ret;
+
+	for (;;) {
+		ret = ctx_listen_once(ctx);
+		if (ret)
+			break;
+		ctx->udp_fd = chan_udp_reserve(ctx->port, &ctx->udp_family);
+		if (ctx->udp_fd >= 0 || ctx->udp_fd != -EADDRINUSE ||
+		    nref == (int)ARRAY_SIZE(refused)) {
+			/* Not EADDRINUSE (no UDP here, say): UD QPs will say
+			 * so when made; RC needs only the TCP port. */
+			if (ctx->udp_fd < 0)
+				ctx->udp_fd = -1;
+			break;
+		}
+		refused[nref++] = ctx->listen_fd;
+		ctx->listen_fd = -1;
+	}
+	while (nref)
+		close(refused[--nref]);
+	return ret;
+}
+
 /* A context on @space (whose reference it takes over, even when it
  * fails), named by @cmd_fd (which it owns once it succeeds). */
 static int ctx_open_on(struct sr_device *dev, struct sr_space *space, int cmd_fd,
@@ -77,6 +108,7 @@ static int ctx_open_on(struct sr_device *dev, struct sr_space *space, int cmd_fd
 		goto err_space;
 	}
 	ctx->listen_fd = -1;
+	ctx->udp_fd = -1;
 	ctx->space = space;
 	ctx->cmd_fd = cmd_fd;
 	pthread_mutex_init(&ctx->lock, NULL);
@@ -148,6 +180,8 @@ void ctx_close(struct sr_context *ctx)
 	 * copy is exactly that, and shutdown() is never called. */
 	if (ctx->listen_fd >= 0)
 		close(ctx->listen_fd);
+	if (ctx->udp_fd >= 0)
+		close(ctx->udp_fd);
 	close(ctx->cmd_fd);
 	evq_destroy(&ctx->async);
 	space_put(ctx->space);
