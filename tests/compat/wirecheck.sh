@@ -10,7 +10,7 @@
 set -u
 # The frames must be on the wire to be captured: two softrnic processes of
 # one host would otherwise move them to shared memory (DESIGN.md decision
-# 20) after the first few.
+# 23) after the first few.
 export SOFTRNIC_SHM=0
 build=$(cd "${1:?build dir}" && pwd)
 ns=srwire$$
@@ -40,8 +40,14 @@ pair() {
 	local port=$((20000 + RANDOM % 20000))
 	local args=("$@")
 	timeout 30 $run "${args[@]}" -p "$port" >"$work/srv.log" 2>&1 &
-	local spid=$!
-	sleep 0.4
+	local spid=$! t
+	# The client connects once: wait until the server listens (a fixed
+	# pause was too short on a loaded machine), up to 10 s.
+	for ((t = 0; t < 100; t++)); do
+		[[ -n $(ip netns exec "$ns" ss -Htln "sport = :$port" 2>/dev/null) ]] && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
 	if ! timeout 30 $run "${args[@]}" -p "$port" 127.0.0.1 >"$work/cli.log" 2>&1; then
 		echo "wirecheck: FAIL: ${args[*]} (client)"; cat "$work/cli.log"; fail=1
 	fi
