@@ -461,6 +461,11 @@ void shm_offer_locked(struct tcp_chan *tc, bool offerer)
 		return;
 	}
 	tc->shm = l;
+	/* Our requests wait for the answer (a round trip), bounded: what
+	 * the program posts right after connecting then goes into the ring
+	 * rather than ahead of the switch on TCP. */
+	tc->shm_hold_until = progress_now_ns() + SHM_HOLD_NS;
+	tcp_timer_arm_locked(tc, SHM_HOLD_NS);
 	sr_dbg("tcp %p QP %#x: shm: offered", (void *)tc, tc->local_qpn);
 }
 
@@ -661,8 +666,10 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 		pthread_mutex_unlock(&tc->lock);
 		return -ENOMEM;	/* the peer moved already: the stream ends */
 	}
-	/* Everything the accepter sends from now on is in the ring. */
+	/* Everything the accepter sends from now on is in the ring. What we
+	 * held goes there too, behind SWITCH. */
 	tc->shm_rx = true;
+	tc->shm_hold_until = 0;
 	tc->shm_pull_ok = a.pull_ok != 0;
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 	ok = ctl_queue_locked(tc, SR_ST_SHM_SWITCH, &s, sizeof(s));
@@ -683,9 +690,12 @@ static int on_refuse(struct tcp_chan *tc)
 		return -EBADMSG;
 	}
 	tc->shm = NULL;
+	tc->shm_hold_until = 0;		/* what we held goes on TCP */
+	tx_busy_locked(tc);
 	pthread_mutex_unlock(&tc->lock);
 	refused(tc, "the peer refused", "see its debug log");
 	link_free(l);
+	tcp_kick_now(tc);
 	return 0;
 }
 

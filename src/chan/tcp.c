@@ -337,6 +337,7 @@ void tcp_drain_locked(struct tcp_chan *tc)
 	 * before a disconnect still goes. */
 	if (tc->tx_gate_init)
 		tc->tx_gate = false;
+	tc->shm_hold_until = 0;	/* nor do requests wait for the shm switch */
 	for (;;) {
 		struct pollfd pfd = { .fd = tc->pl.fd, .events = POLLOUT };
 		uint64_t now;
@@ -603,6 +604,7 @@ static void tcp_on_timer(struct sr_timer *t)
 		}
 		if (tc->poll_owned && !tc->closed)
 			poll_check_locked(tc);
+		tcp_hold_timer_locked(tc);
 	} else if (tc->state != TS_DEAD) {
 		tcp_setup_timer_locked(tc);		/* tcp_setup.c; unlocks */
 		return;

@@ -34,6 +34,9 @@
  * (tcp_drain_locked: Linux siw fails a SEND it already sent when our FIN
  * overtakes its send path). */
 #define FIN_GRACE_NS	(20ULL * 1000000ULL)
+/* How long an shm offerer holds its requests for the peer's ACCEPT or
+ * REFUSE (shm.c): they then go into the ring, not on TCP. */
+#define SHM_HOLD_NS	(20ULL * 1000000ULL)
 
 enum tcp_state {
 	TS_DIALING,		/* connect() in progress */
@@ -218,6 +221,11 @@ struct tcp_chan {
 	bool shm_rx;			/* we read from the ring (set under both
 					 * locks: either one reads it) */
 	bool shm_pull_ok;		/* the peer pulls our large payloads */
+	/* We offered and the answer is not in yet: until then (CLOCK_
+	 * MONOTONIC ns; 0: no hold), our requests wait in txq, so that what
+	 * is posted right after connecting goes into the ring; answers and
+	 * the control messages do not wait (tcp_flush_locked). tc->lock. */
+	uint64_t shm_hold_until;
 	_Atomic bool shm_eof;		/* the socket ended: drain, then end */
 	struct sr_pollable epl;		/* our eventfd */
 };
@@ -288,6 +296,9 @@ void tcp_kick(struct sr_chan *ch);
 void tcp_kick_now(struct tcp_chan *tc);
 void tcp_tx_faults(struct tcp_chan *tc);
 void tcp_flush_locked(struct tcp_chan *tc);
+/* The stream's timer fired (tcp_on_timer): end an shm hold that is due
+ * and flush, or arm the timer again for it. */
+void tcp_hold_timer_locked(struct tcp_chan *tc);
 void ack_flush_locked(struct tcp_chan *tc);
 /* The pieces of src that hold payload bytes [off, off + len), into out
  * (at most src->n). Returns how many. */

@@ -437,13 +437,73 @@ static uint8_t piece_kind(const struct tcp_chan *tc, const struct tx_fpdu *s, in
 	return SHM_APP;
 }
 
+/* A request of ours (it gets an answer, or at least needs none from us
+ * to let the peer go on); everything else answers the peer. */
+static bool msg_is_req(const struct sr_msg *m)
+{
+	return m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM ||
+	       m->op == SR_MSG_READ_REQ || m->op == SR_MSG_ATOMIC_REQ || m->op == SR_MSG_XRC ||
+	       m->op == SR_MSG_ATOMIC_WRITE;
+}
+
+/* Do we hold our requests for the shm answer (shm.c)? Ends the hold once
+ * it is due, whoever flushes first (the timer also does). */
+static bool shm_holding(struct tcp_chan *tc)
+{
+	if (!tc->shm_hold_until)
+		return false;
+	if (progress_now_ns() < tc->shm_hold_until)
+		return true;
+	tc->shm_hold_until = 0;
+	sr_dbg("tcp %p QP %#x: shm: no answer to the offer in time: sending on TCP",
+	       (void *)tc, tc->local_qpn);
+	return false;
+}
+
+/* While held: the first message of txq that is not a request (a control
+ * message, a READ or atomic response, a NAK, an RNR, a TERMINATE, the
+ * cumulative ACK), or NULL. Answers may pass our requests (they are
+ * independent of them, as a responder's and a requester's packets are on
+ * one RC QP), and must: the peer may wait for them. In order among
+ * themselves. */
+static struct sr_msg *unheld_first(struct tcp_chan *tc)
+{
+	for (struct sr_list *p = tc->txq.next; p != &tc->txq; p = p->next) {
+		struct sr_msg *m = container_of(p, struct sr_msg, link);
+
+		if (!msg_is_req(m))
+			return m;
+	}
+	if (!tc->ack_pending)
+		return NULL;
+	ack_flush_locked(tc);
+	return tc->ack_pending ? NULL : container_of(tc->txq.prev, struct sr_msg, link);
+}
+
+void tcp_hold_timer_locked(struct tcp_chan *tc)
+{
+	if (!tc->shm_hold_until)
+		return;
+	if (progress_now_ns() >= tc->shm_hold_until) {
+		tcp_flush_locked(tc);	/* (ends the hold) */
+		return;
+	}
+	/* The stream's one timer fired for another use. Poll checks (every
+	 * POLL_CHECK_NS while poll_owned) come sooner and look again. */
+	if (!tc->poll_owned)
+		tcp_timer_arm_locked(tc, tc->shm_hold_until - progress_now_ns());
+}
+
 /* Write what we can. Caller holds tc->lock; state is UP. */
 void tcp_flush_locked(struct tcp_chan *tc)
 {
+	bool hold;
+
 	/* (it may leave faults or written requests for the kick to tell) */
 	atomic_store_explicit(&tc->tx_held, false, memory_order_relaxed);
 	if (tc->tx_gate)
 		return;		/* tcp_rx opens it at the first byte in */
+	hold = shm_holding(tc);
 	for (;;) {
 		struct iovec iov[TX_SLOTS * (2 + SR_MSG_SRC_MAX)];
 		uint8_t kinds[TX_SLOTS * (2 + SR_MSG_SRC_MAX)];
@@ -459,7 +519,10 @@ void tcp_flush_locked(struct tcp_chan *tc)
 			if (!tc->cur) {
 				if (sr_list_empty(&tc->txq))
 					break;
-				tc->cur = container_of(tc->txq.next, struct sr_msg, link);
+				tc->cur = hold ? unheld_first(tc)
+					       : container_of(tc->txq.next, struct sr_msg, link);
+				if (!tc->cur)
+					break;	/* only held requests */
 				sr_list_del(&tc->cur->link);
 				tc->cur_off = 0;
 			}
@@ -575,9 +638,7 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	tx_busy_locked(tc);
 	/* Positive ACKs are cumulative: keep only the latest, send it when
 	 * the queue drains (one per batch of inbound requests). */
-	req = m->op == SR_MSG_SEND || m->op == SR_MSG_WRITE || m->op == SR_MSG_IMM ||
-	      m->op == SR_MSG_READ_REQ || m->op == SR_MSG_ATOMIC_REQ || m->op == SR_MSG_XRC ||
-	      m->op == SR_MSG_ATOMIC_WRITE;
+	req = msg_is_req(m);
 	if (!req)
 		tc->tx_urgent = true;	/* answers are never held back */
 	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK && tc->ext) {

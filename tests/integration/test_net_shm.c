@@ -13,7 +13,11 @@
  * - mapped: a 16 MiB WRITE, a 1 MiB SEND and a 4 MiB READ, all consumed
  *   by B, arrive byte for byte, and B's SOFTRNIC_STATS=1 line says they
  *   went with one copy, copied from A's memfd-backed region (shm_mapped,
- *   src/chan/shm_map.c) rather than pulled with process_vm_readv.
+ *   src/chan/shm_map.c) rather than pulled with process_vm_readv;
+ * - early: the offering side posts 64 WRITEs of 256 KiB the moment its
+ *   QP is in RTS, before any traffic: they wait for the switch (the
+ *   offerer holds its requests until ACCEPT), so both processes' stats
+ *   lines show nearly no FPDU on TCP, and the bytes arrive intact.
  * See net_common.h for the two-process harness. */
 #include "net_common.h"
 
@@ -289,6 +293,28 @@ static long long stats_field(const char *path, const char *field)
 	return v;
 }
 
+/* The sum of FIELD over the stats lines in the file at path; -1 if none. */
+static long long stats_sum(const char *path, const char *field)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	long long v = -1;
+
+	CHECK(f, "open %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		char *p, key[64];
+
+		if (strncmp(line, "softrnic stats:", 15))
+			continue;
+		snprintf(key, sizeof(key), " %s ", field);
+		p = strstr(line, key);
+		if (p)
+			v = (v < 0 ? 0 : v) + strtoll(p + strlen(key), NULL, 10);
+	}
+	fclose(f);
+	return v;
+}
+
 static struct net_opts shm_opts(void)
 {
 	struct net_opts o = net_opts_default();
@@ -360,6 +386,109 @@ static void sub_mapped(void)
 	      "only %lld bytes copied from A's memfd (shm_pulled %lld)", mapped, pulled);
 }
 
+/* early: the side that offers shm (the dialer: the larger QPN, tcp_setup.c)
+ * posts everything at once, right after net_setup (RTS, nothing sent). */
+#define EARLY_N		64
+#define EARLY_LEN	(256 * KIB)
+
+static bool offers(const struct net_end *n)
+{
+	return n->me.qpn > n->peer.qpn;
+}
+
+/* The WRITEs' source, filled before the pair is set up (a 16 MiB fill
+ * would take longer than the switch). */
+static uint8_t *early_src;
+
+static void early_write(struct net_end *n)
+{
+	struct ibv_mr *mr = ibv_reg_mr(n->t.pd, early_src, EARLY_N * EARLY_LEN,
+				       IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc;
+
+	CHECK(mr, "reg_mr: %s", strerror(errno));
+	for (int i = 0; i < EARLY_N; i++)
+		CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 50 + (uint64_t)i,
+				 early_src + (size_t)i * EARLY_LEN, EARLY_LEN, mr->lkey,
+				 IBV_SEND_SIGNALED, n->peer.addr + (uint64_t)i * EARLY_LEN,
+				 n->peer.rkey, 0) == 0, "post WRITE %d", i);
+	for (int i = 0; i < EARLY_N; i++)
+		expect_wc(n->scq, &wc, 50 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+			  "early WRITE");
+	net_put(n, T_DONE);
+	ibv_dereg_mr(mr);
+}
+
+static void early_check(struct net_end *n)
+{
+	net_expect(n, T_DONE, "the WRITEs done");
+	check_pattern(n->b.p, EARLY_N * EARLY_LEN, 95, "64 WRITEs of 256 KiB");
+}
+
+/* (The reader's buffer is fresh: the pattern is there only if written.) */
+static void early_side(struct net_end *n)
+{
+	CHECK(n->me.qpn != n->peer.qpn, "equal QPNs");
+	if (offers(n)) {
+		early_write(n);
+		net_expect(n, T_DONE + 1, "the peer checked");
+	} else {
+		early_check(n);
+		net_put(n, T_DONE + 1);
+	}
+}
+
+static void sub_early(void)
+{
+	struct net_opts o = net_opts_default();
+	long long tcp, shm;
+	char path[64], cmd[128];
+	pid_t pid;
+	int fd, st;
+
+	o.buf_len = EARLY_N * EARLY_LEN + 64 * KIB;
+	early_src = mmap(NULL, EARLY_N * EARLY_LEN, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(early_src != MAP_FAILED, "mmap");
+	fill_pattern(early_src, EARLY_N * EARLY_LEN, 95);
+	snprintf(path, sizeof(path), "/tmp/softrnic-shm-early.XXXXXX");
+	fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+	/* Both sides in processes of their own whose stderr (with the stats
+	 * line each prints at exit) goes to path. */
+	fflush(stderr);
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		setenv("SOFTRNIC_STATS", "1", 1);
+		/* Registration must not copy 16 MiB (shm_map.c) between RTS
+		 * and the posts: B pulls instead. */
+		setenv("SOFTRNIC_SHM_MAP", "0", 1);
+		CHECK(dup2(fd, 2) == 2, "dup2");
+		net_fork_run(&o, early_side, early_side);
+		exit(0);
+	}
+	close(fd);
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	tcp = stats_sum(path, "tcp_fpdus");
+	shm = stats_sum(path, "shm_fpdus");
+	NOTE("FPDUs of both sides: %lld on TCP, %lld on shm", tcp, shm);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) || tcp < 0 || tcp > 16) {
+		snprintf(cmd, sizeof(cmd), "cat %s >&2", path);
+		if (system(cmd)) {
+			/* (shown what there is) */
+		}
+	}
+	unlink(path);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pair failed (status %#x)", st);
+	CHECK(tcp >= 0 && shm >= 0, "no stats lines");
+	/* On TCP: OFFER, SWITCH, ACCEPT, and a few to spare; each WRITE is
+	 * 4 FPDUs or more. */
+	CHECK(tcp <= 16, "%lld FPDUs went on TCP (%lld on shm): the WRITEs did not wait for "
+	      "the switch", tcp, shm);
+	CHECK(shm >= EARLY_N * 4, "only %lld FPDUs on shm", shm);
+}
+
 static void sub_corrupt(void)
 {
 	struct net_opts o = shm_opts();
@@ -375,6 +504,7 @@ int main(int argc, char **argv)
 		{ "corrupt", sub_corrupt },
 		{ "unmapped_in_flight", sub_unmapped },
 		{ "mapped", sub_mapped },
+		{ "early", sub_early },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
