@@ -83,6 +83,8 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq);
 /* A program armed cq for an event (it is about to sleep): the streams its
  * polling took over from the progress thread go back to it. */
 void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq);
+/* The CQ goes: drop the streams its polls kept (chan_tcp_poll). */
+void chan_tcp_cq_forget(struct sr_cq *cq);
 /* RDMA CM streams (chan/tcp_cm.c, DESIGN.md decision 9): librdmacm
  * connects a TCP socket and negotiates MPA itself, then hands the socket
  * to the QP. The stream starts UP with what MPA agreed; rx holds bytes

@@ -51,6 +51,7 @@ void set_state(struct tcp_chan *tc, enum tcp_state s)
 	sr_dbg("tcp %p QP %#x<->%#x %s -> %s", (void *)tc, tc->local_qpn, tc->peer_qpn,
 	       tcp_state_name[tc->state], tcp_state_name[s]);
 	tc->state = s;
+	atomic_fetch_add_explicit(&tc->tctx->gen, 1, memory_order_release);
 }
 
 void want(struct tcp_chan *tc, uint32_t events)
@@ -164,6 +165,7 @@ struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
 		tc->tx_msn[q] = tc->rx_msn[q] = 1;	/* RFC 5041 §5.1: MSN starts at 1 */
 	pthread_mutex_lock(&t->lock);
 	sr_list_add_tail(&t->streams, &tc->link);
+	atomic_fetch_add_explicit(&t->gen, 1, memory_order_release);
 	pthread_mutex_unlock(&t->lock);
 	return tc;
 }
@@ -277,8 +279,10 @@ void tcp_unlist(struct tcp_chan *tc)
 
 	pthread_mutex_lock(&t->lock);
 	listed = tc->link.next != &tc->link;
-	if (listed)
+	if (listed) {
 		sr_list_del(&tc->link);
+		atomic_fetch_add_explicit(&t->gen, 1, memory_order_release);
+	}
 	pthread_mutex_unlock(&t->lock);
 	if (listed)
 		chan_put(&tc->ch);
@@ -421,6 +425,7 @@ static void tcp_close(struct sr_chan *ch)
 	}
 	tc->closed = true;
 	tc->qp = NULL;
+	atomic_fetch_add_explicit(&tc->tctx->gen, 1, memory_order_release);
 	pthread_mutex_unlock(&tc->lock);
 	/* A program thread may be receiving for this QP right now (a CQ
 	 * poll): wait it out; it sees "closed" before its next delivery. */
@@ -637,22 +642,28 @@ void tune_socket(int fd, const struct sr_qp *qp)
 /* ---- public ------------------------------------------------------------- */
 
 
-void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
+static bool poll_match(const struct tcp_chan *tc, const struct sr_cq *cq)
 {
-	struct sr_tcp_ctx *t = ctx->tcp;
+	const struct sr_qp *qp = tc->qp;
+
+	return tc->state == TS_UP && !tc->closed && qp && (qp->scq == cq || qp->rcq == cq);
+}
+
+/* More streams than a CQ caches: look at the list, under its lock. */
+static void poll_scan(struct sr_tcp_ctx *t, struct sr_cq *cq)
+{
 	struct tcp_chan *busy[16];
 	struct sr_list *pos, *tmp;
 	int n = 0;
 
-	if (!t || pthread_mutex_trylock(&t->lock))
+	if (pthread_mutex_trylock(&t->lock))
 		return;
 	sr_list_for_each_safe(pos, tmp, &t->streams) {
 		struct tcp_chan *tc = container_of(pos, struct tcp_chan, link);
-		struct sr_qp *qp = tc->qp;
 
 		if (n == (int)ARRAY_SIZE(busy))
 			break;
-		if (tc->state == TS_UP && !tc->closed && qp && (qp->scq == cq || qp->rcq == cq)) {
+		if (poll_match(tc, cq)) {
 			/* (listed: alive while we hold t->lock) */
 			if (tcp_poll_idle(tc))
 				continue;
@@ -665,6 +676,76 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
 		tcp_rx_poll(busy[i]);
 		chan_put(&busy[i]->ch);
 	}
+}
+
+/* The streams of cq, again: false if the list is busy. Under poll_busy. */
+static bool poll_refill(struct sr_tcp_ctx *t, struct sr_cq *cq, unsigned int gen)
+{
+	struct sr_chan *old[ARRAY_SIZE(cq->poll_streams)];
+	int nold = sr_max(cq->npoll, 0), n = 0;
+	struct sr_list *pos, *tmp;
+	bool over = false;
+
+	if (pthread_mutex_trylock(&t->lock))
+		return false;
+	memcpy(old, cq->poll_streams, sizeof(old[0]) * (size_t)nold);
+	sr_list_for_each_safe(pos, tmp, &t->streams) {
+		struct tcp_chan *tc = container_of(pos, struct tcp_chan, link);
+
+		if (!poll_match(tc, cq))
+			continue;
+		if (n == (int)ARRAY_SIZE(cq->poll_streams)) {
+			over = true;
+			break;
+		}
+		chan_get(&tc->ch);
+		cq->poll_streams[n++] = &tc->ch;
+	}
+	pthread_mutex_unlock(&t->lock);
+	for (int i = 0; i < nold; i++)
+		chan_put(old[i]);
+	if (over) {
+		for (int i = 0; i < n; i++)
+			chan_put(cq->poll_streams[i]);
+		n = -1;
+	}
+	cq->npoll = n;
+	cq->poll_gen = gen;
+	return true;
+}
+
+/* An empty CQ's poll: receive on its streams that have something. The
+ * streams are cached in the CQ (with a reference each) while the
+ * stream list's generation stays, so the poll of an idle stream takes
+ * no lock and no reference. */
+void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
+{
+	struct sr_tcp_ctx *t = ctx->tcp;
+	unsigned int gen;
+
+	if (!t || atomic_load_explicit(&cq->poll_busy, memory_order_relaxed) ||
+	    atomic_exchange_explicit(&cq->poll_busy, true, memory_order_acquire))
+		return;
+	gen = atomic_load_explicit(&t->gen, memory_order_acquire);
+	if ((cq->npoll < 0 || cq->poll_gen != gen) && !poll_refill(t, cq, gen))
+		goto out;
+	if (cq->npoll < 0)
+		poll_scan(t, cq);
+	for (int i = 0; i < cq->npoll; i++) {
+		struct tcp_chan *tc = to_tc(cq->poll_streams[i]);
+
+		if (!tcp_poll_idle(tc))
+			tcp_rx_poll(tc);
+	}
+out:
+	atomic_store_explicit(&cq->poll_busy, false, memory_order_release);
+}
+
+void chan_tcp_cq_forget(struct sr_cq *cq)
+{
+	for (int i = 0; i < cq->npoll; i++)
+		chan_put(cq->poll_streams[i]);
+	cq->npoll = -1;
 }
 
 void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq)

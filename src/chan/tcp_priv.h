@@ -53,6 +53,9 @@ struct sr_tcp_ctx {
 	struct sr_progress *pg;
 	struct sr_pollable lpl;		/* the context's listener */
 	struct sr_list streams;		/* every live tcp_chan */
+	/* Moves on every change a CQ's poll cache depends on: a stream
+	 * listed or unlisted, its state, closed (chan_tcp_poll). */
+	atomic_uint gen;
 };
 
 struct tx_fpdu {

@@ -467,6 +467,14 @@ struct sr_cq {
 	int comp_vector;
 	struct sr_pd *pd;		/* parent domain (IBV_CQ_INIT_ATTR_MASK_PD) */
 	bool ring_custom;		/* ring came from its alloc() */
+	/* chan/tcp.c: the streams an empty poll looks at, each with a
+	 * reference, as the context's stream list was at generation
+	 * poll_gen (npoll < 0: none cached); poll_busy: a thread is
+	 * polling them (the others return) */
+	atomic_bool poll_busy;
+	int npoll;
+	unsigned int poll_gen;
+	struct sr_chan *poll_streams[16];
 };
 static inline struct sr_cq *to_cq(struct ibv_cq *c) { return (struct sr_cq *)c; }
 

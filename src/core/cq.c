@@ -57,6 +57,7 @@ int cq_create_pd(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 	cq->ibcq.channel = ch ? &ch->ibch : NULL;
 	cq->ibcq.cqe = cqe;
 	cq->comp_vector = comp_vector;
+	cq->npoll = -1;
 	pthread_mutex_init(&cq->ibcq.mutex, NULL);
 	pthread_cond_init(&cq->ibcq.cond, NULL);
 	if (ch)
@@ -87,6 +88,7 @@ int cq_destroy(struct sr_cq *cq)
 	if (cq->pd)
 		pd_put(cq->pd);
 	atomic_fetch_sub(&ctx->ncq, 1);
+	chan_tcp_cq_forget(cq);
 	pthread_mutex_destroy(&cq->lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
