@@ -271,28 +271,6 @@ static void mapped_b(struct net_end *n)
 	close(fd);
 }
 
-/* FIELD's value in the stats line of the file at path; -1 if none. */
-static long long stats_field(const char *path, const char *field)
-{
-	FILE *f = fopen(path, "r");
-	char line[512];
-	long long v = -1;
-
-	CHECK(f, "open %s", path);
-	while (fgets(line, sizeof(line), f)) {
-		char *p, key[64];
-
-		if (strncmp(line, "softrnic stats:", 15))
-			continue;
-		snprintf(key, sizeof(key), " %s ", field);
-		p = strstr(line, key);
-		if (p)
-			v = strtoll(p + strlen(key), NULL, 10);
-	}
-	fclose(f);
-	return v;
-}
-
 /* The sum of FIELD over the stats lines in the file at path; -1 if none. */
 static long long stats_sum(const char *path, const char *field)
 {
@@ -364,8 +342,8 @@ static void sub_mapped(void)
 	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
 	close(fd);
 	net_fork_run(&o, mapped_a, mapped_b);
-	pulled = stats_field(stats_path, "shm_pulled");
-	mapped = stats_field(stats_path, "shm_mapped");
+	pulled = stats_sum(stats_path, "shm_pulled");
+	mapped = stats_sum(stats_path, "shm_mapped");
 	if (pulled < 0 || mapped < 0) {
 		char cmd[128];
 
