@@ -4,6 +4,8 @@
  *   send  - queue one message towards the peer. May be called with the
  *           sending QP's lock held; never calls back into the core. Takes
  *           ownership of the message, also on error.
+ *   ack   - optional: as send of a positive ACK for msn, without the
+ *           message (the channel only notes that one is owed).
  *   kick  - move queued messages. Called with no QP lock held; may deliver
  *           inbound messages to the core (qp_rx) in the caller's thread.
  *   close - the QP is going away or being reset: stop delivering to it
@@ -29,6 +31,7 @@ struct sr_chan;
 struct sr_chan_ops {
 	const char *name;
 	int (*send)(struct sr_chan *ch, struct sr_msg *m);
+	int (*ack)(struct sr_chan *ch, uint32_t msn);
 	void (*kick)(struct sr_chan *ch);
 	void (*close)(struct sr_chan *ch);
 	void (*free)(struct sr_chan *ch);

@@ -439,6 +439,7 @@ static void tcp_close(struct sr_chan *ch)
 static const struct sr_chan_ops tcp_ops = {
 	.name = "tcp",
 	.send = tcp_send,
+	.ack = tcp_ack,
 	.kick = tcp_kick,
 	.close = tcp_close,
 	.free = tcp_free,

@@ -46,7 +46,7 @@ static struct sr_msg *as_append(struct sr_msg *m, const uint8_t *p, uint32_t n)
 
 	if (len > SR_MAX_MSG)
 		return NULL;
-	nm = realloc(m, sizeof(*m) + len);
+	nm = msg_grow(m, (uint32_t)len);
 	if (!nm)
 		return NULL;
 	memcpy(nm->payload + nm->len, p, n);
@@ -497,7 +497,7 @@ static ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct dd
 		rsz = sizeof(*r) + sr_min(r->num_sge, (uint32_t)SR_MAX_SGE) * sizeof(struct ibv_sge);
 		m = msg_alloc(0);
 		if (m)
-			m->rwqe = malloc(rsz);
+			m->rwqe = msg_rwqe_alloc(rsz);
 		if (!m || !m->rwqe) {
 			msg_free(m);
 			while (k-- > 0)

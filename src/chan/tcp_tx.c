@@ -668,6 +668,26 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	return 0;
 }
 
+/* tcp_send of a positive ACK, without the message: the same steps. */
+int tcp_ack(struct sr_chan *ch, uint32_t msn)
+{
+	struct tcp_chan *tc = to_tc(ch);
+
+	pthread_mutex_lock(&tc->lock);
+	if (tc->state == TS_DEAD || tc->closed) {
+		pthread_mutex_unlock(&tc->lock);
+		return -ENOTCONN;
+	}
+	tx_busy_locked(tc);
+	tc->tx_urgent = true;
+	if (tc->ext) {
+		tc->ack_pending = true;
+		tc->ack_msn = msn;
+	}
+	pthread_mutex_unlock(&tc->lock);
+	return 0;
+}
+
 void tcp_kick_now(struct tcp_chan *tc)
 {
 	pthread_mutex_lock(&tc->lock);

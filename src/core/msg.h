@@ -92,6 +92,7 @@ struct sr_msg {
 	uint16_t flags;
 	uint8_t status;			/* ACK, TERMINATE */
 	uint8_t atomic_op;		/* SR_ATOMIC_* */
+	uint8_t small;			/* from msg.c's cache (msg_free) */
 	uint32_t msn;
 	uint32_t stag;			/* WRITE/READ_REQ/ATOMIC: remote key */
 	uint64_t to;			/* ... and remote address */
@@ -103,7 +104,8 @@ struct sr_msg {
 	uint64_t orig;			/* ATOMIC_RESP */
 	uint32_t placed;		/* SR_MSGF_PLACED: bytes placed */
 	struct sr_rwqe *rwqe;		/* SEND placed directly: its receive
-					 * WQE (owned; freed with the msg) */
+					 * WQE (owned, from msg_rwqe_alloc;
+					 * freed with the msg) */
 	/* Payload by reference (zero copy): len bytes in the application's
 	 * registered memory, kept busy (refs) until the message is freed. */
 	struct sr_msg_src *src;
@@ -122,5 +124,12 @@ struct sr_msg_src {
 
 struct sr_msg *msg_alloc(uint32_t payload_len);
 void msg_free(struct sr_msg *m);
+/* Room for len payload bytes (len >= m->len; the payload kept): m
+ * itself or a new block (m is then gone), NULL if out of memory (m
+ * unchanged). Never realloc a message directly: it may be cached. */
+struct sr_msg *msg_grow(struct sr_msg *m, uint32_t len);
+/* Room for a receive WQE of size bytes (at most SR_MAX_SGE SGEs), for
+ * msg->rwqe; NULL if larger or out of memory. */
+struct sr_rwqe *msg_rwqe_alloc(size_t size);
 
 #endif

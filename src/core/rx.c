@@ -24,6 +24,10 @@ static void respond(struct sr_qp *qp, struct sr_msg *req, int op, int status)
 	/* Without acks the requester learns of errors only by TERMINATE. */
 	if ((op == SR_MSG_ACK || op == SR_MSG_RNR) && status == SR_ST_OK && !qp->chan->acks)
 		return;
+	if (op == SR_MSG_ACK && status == SR_ST_OK && qp->chan->ops->ack) {
+		qp->chan->ops->ack(qp->chan, req->msn);
+		return;
+	}
 	r = msg_alloc(0);
 	if (!r)
 		return;
