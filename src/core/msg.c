@@ -43,9 +43,11 @@ static const size_t mc_size[MC_N] = {
 	[MC_RWQE] = MC_RWQE_SIZE,
 };
 
-/* initial-exec: no __tls_get_addr call per use (a few dozen bytes, well
- * within what glibc keeps for a library that is dlopen'ed) */
-static __thread __attribute__((tls_model("initial-exec"))) struct msg_cache {
+/* The default TLS model, not initial-exec: the library is also
+ * dlopen'ed (Python's pyverbs imports it), and glibc's static TLS surplus
+ * may be gone by then ("cannot allocate memory in static TLS block",
+ * which the pyverbs suite hit). */
+static __thread struct msg_cache {
 	struct mc_blk *head[MC_N];
 	uint32_t n[MC_N];
 	bool reg, dead;
