@@ -5,7 +5,8 @@
  * lifetime (fail, shut, drain, close), its event and timer handlers once
  * UP, and a busy poller's ownership of its receive side. Setting streams
  * up for QPs connected by hand is tcp_setup.c; RDMA CM streams come ready
- * (tcp_cm.c); sending is tcp_tx.c, receiving tcp_rx.c.
+ * (tcp_cm.c); sending is tcp_tx.c, receiving tcp_rx.c (direct placement:
+ * tcp_direct.c).
  *
  * Threads: the progress thread runs every socket event (connect, accept,
  * receive, and sends that had to wait for room); a post sends inline from
@@ -206,7 +207,7 @@ static void tcp_free(struct sr_chan *ch)
 }
 
 /* The stream is shut: give back the MRs a half-placed segment or SEND
- * holds (tcp_rx.c direct placement), or the program's ibv_dereg_mr
+ * holds (tcp_direct.c), or the program's ibv_dereg_mr
  * would wait for them until it destroys the QP, which programs do after
  * deregistering (qperf). Caller holds no stream lock. Whatever the QP
  * (hand-connected or CM), nothing on a dead stream moves again. */

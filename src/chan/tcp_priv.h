@@ -1,5 +1,5 @@
 /* Private to the TCP channel (tcp.c: setup and lifetime, tcp_tx.c,
- * tcp_rx.c). See tcp.c for the design. */
+ * tcp_rx.c, tcp_direct.c). See tcp.c for the design. */
 #ifndef SOFTRNIC_TCP_PRIV_H
 #define SOFTRNIC_TCP_PRIV_H
 
@@ -77,7 +77,7 @@ struct rsp_ctx {
 };
 
 /* A tagged segment whose payload is being received straight into the
- * application's memory (tcp_rx.c). */
+ * application's memory (tcp_direct.c). */
 struct rx_direct {
 	bool active, failed;
 	struct sr_msg *msg;		/* delivered when the segment is in */
@@ -92,7 +92,7 @@ struct rx_direct {
 };
 
 /* A SEND whose receive WQE was taken at its first segment: each segment
- * is placed at its MO in that WQE's buffers (tcp_rx.c). */
+ * is placed at its MO in that WQE's buffers (tcp_direct.c). */
 struct rx_send {
 	bool active, failed, too_long;
 	struct sr_msg *msg;		/* delivered at the last segment */
@@ -309,6 +309,37 @@ void ack_flush_locked(struct tcp_chan *tc);
 int tx_src_iov(const struct sr_msg_src *src, uint64_t off, uint64_t len, struct iovec *out);
 int status_of_term(const struct rdmap_term *t);
 struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn);
+
+/* What one receive pass hands to the core (tcp_rx.c). */
+struct rx_out {
+	struct sr_msg *m[64];
+	int n;
+};
+
+/* tcp_rx.c, for tcp_direct.c: read from the stream (socket or ring) into
+ * our buffer, or (io_readv) into application memory; the core message
+ * for a tagged segment; a SEND's flags from its header; an answer to
+ * request msn came in. */
+ssize_t io_recv(struct tcp_chan *tc, void *buf, size_t len);
+ssize_t io_readv(struct tcp_chan *tc, const struct iovec *iov, int n);
+struct sr_msg *tagged_msg(struct tcp_chan *tc, const struct ddp_hdr *h, uint32_t seglen,
+			  uint32_t len);
+void send_flags(struct sr_msg *m, const struct ddp_hdr *h);
+void note_answer(struct tcp_chan *tc, uint32_t msn);
+
+/* tcp_direct.c: direct placement. direct_ok: may this stream place
+ * directly (softrnic peer, no CRC)? send_begin/direct_begin start a SEND
+ * or tagged segment whose header rbuf holds (bytes of rbuf consumed,
+ * -EAGAIN: take the staged path, or -errno); direct_step receives the
+ * rest (1 progress, 0 nothing to read, <0 stream lost); direct_readv is
+ * readv into application memory. */
+bool direct_ok(struct tcp_chan *tc);
+ssize_t direct_readv(int fd, const struct iovec *iov, int n);
+ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *h,
+		   size_t hl, size_t ulen, struct rx_out *out);
+ssize_t direct_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *h,
+		     size_t hl, size_t ulen, struct rx_out *out);
+int direct_step(struct tcp_chan *tc, struct rx_out *out);
 
 /* tcp_rx.c: called from the progress thread */
 void tcp_rx(struct tcp_chan *tc);
