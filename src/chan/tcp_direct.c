@@ -120,7 +120,7 @@ ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *
 	struct rx_send *sd = &tc->sd;
 	struct rx_direct *d = &tc->dr;
 	size_t paylen = ulen - hl;
-	uint64_t off = h->mo, pos = 0, left;
+	uint64_t off = h->mo;
 	int n = 0;
 
 	if (h->msn != tc->rx_msn[DDP_QN_SEND])
@@ -171,21 +171,8 @@ ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *
 		sd->too_long = true;
 		d->failed = true;
 	}
-	left = paylen;
-	for (int i = 0; i < sd->n && left && !d->failed; i++) {
-		uint64_t l = sd->iov[i].iov_len, skip, take;
-
-		if (pos + l <= off) {
-			pos += l;
-			continue;
-		}
-		skip = off > pos ? off - pos : 0;
-		take = sr_min(l - skip, left);
-		d->iov[n++] = (struct iovec){ (uint8_t *)sd->iov[i].iov_base + skip, take };
-		off += take;
-		left -= take;
-		pos += l;
-	}
+	if (!d->failed)
+		n = iov_slice(sd->iov, sd->n, off, paylen, d->iov);
 	sd->got += paylen;
 	d->nrefs = 0;
 	d->send_seg = true;

@@ -307,6 +307,9 @@ void ack_flush_locked(struct tcp_chan *tc);
 /* The pieces of src that hold payload bytes [off, off + len), into out
  * (at most src->n). Returns how many. */
 int tx_src_iov(const struct sr_msg_src *src, uint64_t off, uint64_t len, struct iovec *out);
+/* The same over a plain vector (in: nin pieces): the pieces of
+ * [off, off + len), into out (at most nin). */
+int iov_slice(const struct iovec *in, int nin, uint64_t off, uint64_t len, struct iovec *out);
 int status_of_term(const struct rdmap_term *t);
 struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn);
 

@@ -78,17 +78,13 @@ struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn)
 	return NULL;
 }
 
-/* The iovecs covering [off, off + len) of a by-reference payload: each
- * one inside a piece of src, so inside memory the core checked against
- * its MR (tests/unit/test_tcp_tx.c holds it to that, since nothing else
- * checks these ranges under ASan: see tx_sendmsg). */
-int tx_src_iov(const struct sr_msg_src *src, uint64_t off, uint64_t len, struct iovec *out)
+int iov_slice(const struct iovec *in, int nin, uint64_t off, uint64_t len, struct iovec *out)
 {
 	uint64_t pos = 0;
 	int n = 0;
 
-	for (int i = 0; i < src->n && len; i++) {
-		uint64_t l = src->iov[i].iov_len, skip, take;
+	for (int i = 0; i < nin && len; i++) {
+		uint64_t l = in[i].iov_len, skip, take;
 
 		if (pos + l <= off) {
 			pos += l;
@@ -96,12 +92,21 @@ int tx_src_iov(const struct sr_msg_src *src, uint64_t off, uint64_t len, struct 
 		}
 		skip = off > pos ? off - pos : 0;
 		take = sr_min(l - skip, len);
-		out[n++] = (struct iovec){ (uint8_t *)src->iov[i].iov_base + skip, take };
+		out[n++] = (struct iovec){ (uint8_t *)in[i].iov_base + skip, take };
 		off += take;
 		len -= take;
 		pos += l;
 	}
 	return n;
+}
+
+/* The iovecs covering [off, off + len) of a by-reference payload: each
+ * one inside a piece of src, so inside memory the core checked against
+ * its MR (tests/unit/test_tcp_tx.c holds it to that, since nothing else
+ * checks these ranges under ASan: see tx_sendmsg). */
+int tx_src_iov(const struct sr_msg_src *src, uint64_t off, uint64_t len, struct iovec *out)
+{
+	return iov_slice(src->iov, src->n, off, len, out);
 }
 
 /* CRC32c of an FPDU (header, payload pieces, pad). Payload in the
