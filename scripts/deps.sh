@@ -15,7 +15,7 @@ PACKAGES=(
 	# compat tests and demo: unmodified rdma-core, perftest, pyverbs programs
 	ibverbs-utils rdmacm-utils perftest python3-pyverbs libfabric-bin qperf
 	# tests
-	valgrind iproute2 tshark
+	valgrind iproute2 tshark gdb
 	# benchmarks (make bench): the raw-TCP limits softrnic is measured against
 	iperf3 sockperf
 )

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -244,17 +245,31 @@ static void tcp_release_dead(struct tcp_chan *tc)
 
 /* Stop all I/O on the stream: the progress thread will not run it again
  * once this returns (unless called from that thread, which is then the
- * one running it). Caller holds no channel lock. */
+ * one running it). Caller holds no channel lock. Any thread may call it,
+ * any number of times, concurrently: the first does the work; a second
+ * waits for it to finish, except the progress thread, which the first
+ * may be waiting for (progress_del) and which is then the thread running
+ * the stream anyway. */
 void tcp_shut(struct tcp_chan *tc)
 {
 	struct sr_tcp_ctx *t = tc->tctx;
+	bool first;
 	int fd;
 
 	pthread_mutex_lock(&tc->lock);
 	fd = tc->pl.fd;
 	if (tc->state != TS_DEAD)
 		set_state(tc, TS_DEAD);
+	first = !tc->shut;
+	tc->shut = true;
 	pthread_mutex_unlock(&tc->lock);
+	if (!first) {
+		if (!progress_in_thread(t->pg))
+			while (!atomic_load_explicit(&tc->shut_done, memory_order_acquire))
+				sched_yield();
+		tcp_release_dead(tc);
+		return;
+	}
 	/* After DEAD, not before: a handler that ran in between (input on
 	 * a stream a poller had just used) re-armed the poll-ownership check
 	 * after it was cancelled, and the timer fired on the freed channel.
@@ -269,6 +284,7 @@ void tcp_shut(struct tcp_chan *tc)
 		close(fd);
 	}
 	shm_shut(tc);
+	atomic_store_explicit(&tc->shut_done, true, memory_order_release);
 	tcp_release_dead(tc);
 }
 

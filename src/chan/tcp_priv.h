@@ -114,6 +114,15 @@ struct tcp_chan {
 	pthread_mutex_t lock;		/* everything below */
 	enum tcp_state state;
 	bool closed;			/* detached from its QP */
+	/* tcp_shut has begun (set once, under lock); shut_done when it has
+	 * taken the socket out and closed it. Two threads shut a stream
+	 * at once (the program's disconnect, the progress thread seeing the
+	 * peer's FIN): only the first closes the descriptor. A second
+	 * close() would hit whatever the number was given to meanwhile (a
+	 * dlopen's file in another thread: pthread_exit then aborts with
+	 * "libgcc_s.so.1 must be installed"). */
+	bool shut;
+	_Atomic bool shut_done;
 	bool dialer, crc, ext;
 	bool peer_bye;			/* the peer said goodbye before closing */
 	bool rx_paused;			/* back-pressure: the QP's backlog is full */

@@ -42,9 +42,47 @@ free_port() {
 	echo "$p"
 }
 
+# show WHAT FILE: a program's output, its first and last 12 lines when it is
+# long (a CI log keeps only so much; what a crash printed comes last).
 show() {
-	echo "  --- $1 output:"
-	sed 's/^/  | /' "$2"
+	local n
+	[[ -e $2 ]] || return 0
+	n=$(wc -l <"$2")
+	echo "  --- $1 output ($n lines):"
+	if ((n > 30)); then
+		head -n 12 "$2" | sed 's/^/  | /'
+		echo "  | [... $((n - 24)) lines ...]"
+		tail -n 12 "$2" | sed 's/^/  | /'
+	else
+		sed 's/^/  | /' "$2"
+	fi
+}
+
+# in_core_dir TAG PROG CMD...: exec CMD (which runs PROG) in $tmp/TAG.d with
+# core dumps on, so that a crash leaves its core there (when
+# kernel.core_pattern writes plain files); core_bt TAG prints its threads'
+# backtraces. A failure that happens once in a hundred runs is then
+# explained by the run that caught it. It execs: call it in the background
+# or in ( ).
+in_core_dir() {
+	local tag=$1 prog=$2
+	shift 2
+	mkdir -p "$tmp/$tag.d"
+	command -v "$prog" >"$tmp/$tag.d/prog" 2>/dev/null
+	cd "$tmp/$tag.d" || exit 1
+	ulimit -c unlimited 2>/dev/null
+	exec "$@"
+}
+
+core_bt() {
+	local d=$tmp/$1.d core
+	core=$(find "$d" -maxdepth 1 -name 'core*' -type f 2>/dev/null | head -n 1)
+	[[ -n $core ]] || return 0
+	echo "  --- $1 dumped core: $core"
+	if command -v gdb >/dev/null && [[ -s $d/prog ]]; then
+		gdb -batch -nx -q -ex 'thread apply all bt' "$(cat "$d/prog")" "$core" 2>&1 |
+			grep -vE '^\[(New LWP|Thread debugging|Using host)' | head -n 120 | sed 's/^/  | /'
+	fi
 }
 
 # run_pair NAME PROG ARGS...: run `PROG ARGS -p PORT` through softrnic run as a

@@ -20,7 +20,8 @@
 #   client NAME ARGS...    run `softrnic run -- ARGS` (@PORT@ replaced) to
 #                          completion; output in $tmp/NAME.cli (stderr in
 #                          NAME.cli.err), status in $crc
-#   showall NAME           show all four outputs of a pair
+#   showall NAME           show all four outputs of a pair, and the
+#                          backtrace of either side that dumped core
 #   WRAP=(...)             a command prefix for both (e.g. ip netns exec)
 #   reap                   wait for the server; its status in $src
 #   count FILE REGEX       number of lines of FILE matching REGEX
@@ -67,7 +68,8 @@ serve() {
 	for _ in 1 2 3; do
 		port=$(free_port)
 		mapfile -d '' args < <(subst_port "$@")
-		"${WRAP[@]}" timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "${args[@]}" \
+		in_core_dir "$name.srv" "${args[0]}" \
+			"${WRAP[@]}" timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "${args[@]}" \
 			>"$tmp/$name.srv" 2>"$tmp/$name.srv.err" &
 		spid=$!
 		pids+=("$spid")
@@ -90,7 +92,8 @@ client() {
 	local name=$1 args=()
 	shift
 	mapfile -d '' args < <(subst_port "$@")
-	"${WRAP[@]}" timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "${args[@]}" \
+	(in_core_dir "$name.cli" "${args[0]}" \
+		"${WRAP[@]}" timeout -k 5 "$CASE_TIMEOUT" "$SOFTRNIC" run -- "${args[@]}") \
 		>"$tmp/$name.cli" 2>"$tmp/$name.cli.err"
 	crc=$?
 }
@@ -122,8 +125,10 @@ status_ok() {
 }
 
 showall() {
-	show server "$tmp/$1.srv"
+	show "client stderr" "$tmp/$1.cli.err"
 	show "server stderr" "$tmp/$1.srv.err"
 	show client "$tmp/$1.cli"
-	show "client stderr" "$tmp/$1.cli.err"
+	show server "$tmp/$1.srv"
+	core_bt "$1.cli"
+	core_bt "$1.srv"
 }

@@ -17,6 +17,9 @@
  */
 #include "cm_common.h"
 
+#include <stdatomic.h>
+#include <sys/syscall.h>
+
 /* What each side asks for, distinct so that a swap shows. */
 #define CLI_INIT_DEPTH 3
 #define CLI_RESP_RES 2
@@ -1386,6 +1389,116 @@ static void sub_plain_peer(void)
 
 /* ---- main --------------------------------------------------------------- */
 
+/* ---- both ends disconnect at once --------------------------------------- */
+
+/* Each side disconnects in the same instant as its peer, so its own
+ * rdma_disconnect and its progress thread (which sees the peer's FIN)
+ * shut the stream together. Only one of them may close the socket: the
+ * second close() fails with EBADF, or closes whatever the number was
+ * given to in between. rping -q once died of that ("libgcc_s.so.1 must
+ * be installed for pthread_exit to work": its dlopen's file closed under
+ * it). close() below is this program's own, which softrnic's libraries
+ * call too (the executable's symbol comes first): it counts closes of
+ * numbers nobody held. */
+#define RACE_ROUNDS 120
+
+static atomic_int g_close_ebadf;
+
+__attribute__((visibility("default"))) int close(int fd)
+{
+	int r = (int)syscall(SYS_close, fd);
+
+	if (r < 0 && errno == EBADF)
+		atomic_fetch_add(&g_close_ebadf, 1);
+	return r;
+}
+
+static void close_check(int before, const char *who)
+{
+	int n = atomic_load(&g_close_ebadf) - before;
+
+	CHECK(n == 0, "%s: %d close() calls of a descriptor already closed "
+	      "(a socket closed twice)", who, n);
+}
+
+/* Disconnect (after the peer is ready to), then DISCONNECTED; on odd
+ * rounds the QP goes to ERROR by hand first, as rping -q does. */
+static void race_disconnect(struct cm_side *s, struct rdma_event_channel *ch,
+			    struct rdma_cm_id *id, int round)
+{
+	if (round & 1) {
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+		CHECK(ibv_modify_qp(id->qp, &a, IBV_QP_STATE) == 0,
+		      "round %d: modify to ERR", round);
+	}
+	cm_sync(s, 0xd15c0000u + (unsigned)round);
+	CHECK(rdma_disconnect(id) == 0, "round %d: rdma_disconnect: %s", round,
+	      strerror(errno));
+	struct rdma_cm_event *ev = cm_expect(ch, RDMA_CM_EVENT_DISCONNECTED, 0,
+					     "DISCONNECTED, both ends at once");
+	CHECK(ev->id == id, "DISCONNECTED for another id");
+	cm_ack(ev);
+	rdma_destroy_qp(id);
+	CHECK(rdma_destroy_id(id) == 0, "round %d: rdma_destroy_id: %s", round,
+	      strerror(errno));
+	cm_sync(s, 0xd15d0000u + (unsigned)round);	/* both done */
+}
+
+static void race_server(struct cm_side *s)
+{
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *lid;
+	int bad0 = atomic_load(&g_close_ebadf);
+
+	cm_listen(s, &ch, &lid, 4, 0);
+	for (int r = 0; r < RACE_ROUNDS; r++) {
+		struct rdma_cm_event *ev = cm_expect_request(ch, lid);
+		struct rdma_cm_id *id = ev->id;
+
+		cm_ack(ev);
+		cm_create_qp(id, "server");
+		struct rdma_conn_param acc = { .responder_resources = 1,
+					       .initiator_depth = 1 };
+		CHECK(rdma_accept(id, &acc) == 0, "rdma_accept: %s",
+		      strerror(errno));
+		cm_expect_ack(ch, RDMA_CM_EVENT_ESTABLISHED, "server ESTABLISHED");
+		race_disconnect(s, ch, id, r);
+	}
+	close_check(bad0, "server");
+	CHECK(rdma_destroy_id(lid) == 0, "destroy the listener");
+	rdma_destroy_event_channel(ch);
+}
+
+static void race_client(struct cm_side *s)
+{
+	uint16_t port = cm_get_port(s);
+	int bad0 = atomic_load(&g_close_ebadf);
+
+	for (int r = 0; r < RACE_ROUNDS; r++) {
+		struct rdma_event_channel *ch;
+		struct rdma_cm_id *id;
+
+		cm_resolve(s, port, &ch, &id, NULL);
+		cm_create_qp(id, "client");
+		struct rdma_conn_param cp = { .initiator_depth = 1,
+					      .responder_resources = 1,
+					      .retry_count = 7,
+					      .rnr_retry_count = 7 };
+		CHECK(rdma_connect(id, &cp) == 0, "rdma_connect: %s",
+		      strerror(errno));
+		cm_expect_ack(ch, RDMA_CM_EVENT_ESTABLISHED, "client ESTABLISHED");
+		race_disconnect(s, ch, id, r);
+		rdma_destroy_event_channel(ch);
+	}
+	close_check(bad0, "client");
+}
+
+static void sub_disconnect_race(void)
+{
+	cm_fork_run(g_addr_v4, race_server, race_client);
+}
+
 struct cm_case {
 	const char *name;
 	cm_side_fn server, client;
@@ -1436,6 +1549,7 @@ int main(int argc, char **argv)
 		SUBTEST(sub_teardown_abrupt),
 		SUBTEST(sub_peer_dies),
 		SUBTEST(sub_plain_peer),
+		SUBTEST(sub_disconnect_race),
 	};
 
 	if (argc >= 3 && !strcmp(argv[1], "--server")) {
