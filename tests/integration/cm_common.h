@@ -384,6 +384,7 @@ static CM_UNUSED void cm_fork_run(const char *addr, cm_side_fn server,
 		struct cm_side s = { .fd = fd, .addr = addr };
 
 		server(&s);
+		close_audit("server side");
 		exit(0);
 	}
 	struct cm_side s = { .fd = fd, .addr = addr, .peer_pid = pid };

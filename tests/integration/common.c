@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +22,33 @@ uint64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- descriptors closed twice ------------------------------------------ */
+
+/* Every close() of a test program, and of softrnic's libraries, which
+ * it links, comes here: the executable's symbol comes first. A close that
+ * fails with EBADF closed a number nobody held; had another thread taken
+ * the number meanwhile, it would have closed that thread's file (rping -q
+ * died of it: its dlopen's file was closed under it). close_audit fails
+ * the process that made one. */
+static volatile int g_close_ebadf;
+
+__attribute__((visibility("default"))) int close(int fd)
+{
+	int r = (int)syscall(SYS_close, fd);
+
+	if (r < 0 && errno == EBADF)
+		__atomic_add_fetch(&g_close_ebadf, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
+void close_audit(const char *who)
+{
+	int n = __atomic_load_n(&g_close_ebadf, __ATOMIC_RELAXED);
+
+	CHECK(n == 0, "%s: %d close() calls of descriptors not open "
+	      "(closed twice?)", who, n);
 }
 
 /* ---- runner ------------------------------------------------------------ */
@@ -69,6 +97,7 @@ int run_subtests(int argc, char **argv, const struct subtest *t, size_t n)
 		if (pid == 0) {
 			alarm(SUBTEST_TIMEOUT_S);
 			t[i].fn();
+			close_audit(t[i].name);
 			exit(0);
 		}
 		int st;

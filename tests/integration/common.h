@@ -56,6 +56,11 @@
 		fputc('\n', stderr);                                          \
 	} while (0)
 
+/* Fail (CHECK) if this process closed a descriptor that was not open:
+ * every test process's close() counts those (common.c). The runner calls
+ * it after each subtest; two-process helpers in their second process. */
+void close_audit(const char *who);
+
 /* ---- subtest runner ---------------------------------------------------- */
 
 struct subtest {

@@ -551,6 +551,7 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 		net_setup(&n);
 		fb(&n);
 		net_teardown(&n);
+		close_audit("side B");
 		exit(0);
 	}
 	n.role = NET_A;
