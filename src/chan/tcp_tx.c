@@ -705,11 +705,14 @@ void tcp_kick_now(struct tcp_chan *tc)
 /* Coalescing, like Nagle's algorithm one level up: with requests in
  * flight to a softrnic peer (which always answers, and promptly), a post
  * leaves its message queued; the next answer flushes the whole batch. A
- * lone request, or one towards a peer without answers, goes at once. */
+ * lone request, or one towards a peer without answers, goes at once.
+ * Not on shm: there a write is no system call, and holding made sender
+ * and receiver take turns (each idle while the other worked): 64-byte
+ * ib_send_bw 3.6 Mpps held, 6.0 not. */
 static bool tx_hold(struct tcp_chan *tc)
 {
 	/* UC requests get no answers: nothing would release them */
-	return tc->ext && tc->ch.acks && tc->tx_any && !tc->tx_urgent && tc->rc &&
+	return !tc->shm_tx && tc->ext && tc->ch.acks && tc->tx_any && !tc->tx_urgent && tc->rc &&
 	       (int32_t)(tc->tx_req_msn - tc->rx_ans_msn) > 0 &&
 	       !progress_in_thread(tc->tctx->pg);
 }
