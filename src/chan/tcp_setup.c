@@ -105,11 +105,15 @@ static void hs_consume(struct tcp_chan *tc, const struct mpa_frame *f)
 	tc->rlen -= used;
 }
 
-/* The stream is up: start moving what was posted meanwhile. */
+/* The stream is up: start moving what was posted meanwhile. The setup
+ * timer comes off without waiting for one firing now: that fire()
+ * waits for tc->lock, which we hold (a program thread taking in the
+ * handshake, tcp_close's last receive, would wait for it for ever); it
+ * then finds the stream up, where the timer only re-checks gates. */
 static void tcp_up_locked(struct tcp_chan *tc)
 {
 	set_state(tc, TS_UP);
-	progress_timer_cancel(tc->tctx->pg, &tc->timer);
+	progress_timer_disarm(tc->tctx->pg, &tc->timer);
 	want(tc, EPOLLIN);
 	shm_offer_locked(tc, tc->dialer);
 	tcp_flush_locked(tc);

@@ -331,6 +331,18 @@ void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t del
 		progress_wake(pg);
 }
 
+void progress_timer_disarm(struct sr_progress *pg, struct sr_timer *t)
+{
+	if (foreign(pg))
+		return;
+	pthread_mutex_lock(&pg->lock);
+	if (t->armed) {
+		sr_list_del(&t->link);
+		t->armed = false;
+	}
+	pthread_mutex_unlock(&pg->lock);
+}
+
 void progress_timer_cancel(struct sr_progress *pg, struct sr_timer *t)
 {
 	if (foreign(pg))

@@ -41,6 +41,10 @@ void progress_del(struct sr_progress *pg, struct sr_pollable *p);
 void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns);
 /* After cancel returns, t's fire() is not running and will not run. */
 void progress_timer_cancel(struct sr_progress *pg, struct sr_timer *t);
+/* Take t off the schedule, without waiting for a fire() already running:
+ * for a caller holding a lock that fire() takes (it would wait for ever).
+ * A fire() that was running goes on, and must find nothing to do. */
+void progress_timer_disarm(struct sr_progress *pg, struct sr_timer *t);
 /* Is the caller the progress thread itself? */
 bool progress_in_thread(struct sr_progress *pg);
 uint64_t progress_now_ns(void);
