@@ -358,6 +358,17 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 	return 0;
 }
 
+/* A SEND of one small segment, wholly in rbuf: the staged path delivers
+ * it with one QP lock (receive WQE taken and filled together), where
+ * direct placement takes the WQE under one and delivers under another. */
+#define STAGED_SEND_MAX 256
+static bool small_whole_send(const struct tcp_chan *tc, const uint8_t *p, size_t avail,
+			     size_t ulen)
+{
+	return !tc->sd.active && (p[2] & 0x40) && ulen <= STAGED_SEND_MAX &&
+	       avail >= mpa_fpdu_len(ulen);
+}
+
 /* direct_begin/send_begin work on an FPDU at the start of rbuf: drop
  * what was consumed before it (only then: small FPDUs never move). */
 static void rbuf_front(struct tcp_chan *tc, size_t *off)
@@ -433,8 +444,9 @@ static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 			struct ddp_hdr h;
 			ssize_t hl;
 
-			if (op == RDMAP_SEND || op == RDMAP_SEND_SE || op == RDMAP_SEND_INV ||
-			    op == RDMAP_SEND_SE_INV || op == SR_EXT_SEND_IMM || op == SR_EXT_SEND_SE_IMM) {
+			if ((op == RDMAP_SEND || op == RDMAP_SEND_SE || op == RDMAP_SEND_INV ||
+			     op == RDMAP_SEND_SE_INV || op == SR_EXT_SEND_IMM || op == SR_EXT_SEND_SE_IMM) &&
+			    !(small_whole_send(tc, p, avail, ulen))) {
 				if (!tc->sd.active && !sends_only(out))
 					break;	/* deliver what came first */
 				hl = sr_ext_opcode(op) ? sr_ext_hdr_decode(p + 2, ulen, &h)
