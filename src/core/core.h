@@ -37,6 +37,7 @@
 #define SR_MAX_MW	(1 << 20)
 #define SR_MAX_AH	65536
 #define SR_MAX_INLINE	4096
+#define SR_MIN_INLINE	64	/* a QP's inline room at least (qp.c) */
 #define SR_MAX_MSG	(1U << 31)	/* max_msg_sz: 2 GiB */
 #define SR_GID_TBL_LEN	32
 #define SR_VENDOR_ID	0x736f66	/* "sof": no IEEE OUI of ours */

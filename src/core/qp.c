@@ -46,7 +46,16 @@ static int qp_alloc_queues(struct sr_qp *qp, struct ibv_qp_init_attr_ex *a)
 
 	c->max_send_wr = a->cap.max_send_wr;
 	c->max_send_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
-	c->max_inline_data = a->cap.max_inline_data;
+	/* Inline room: what was asked, and never less than the SGEs' worth
+	 * or 64 bytes. Providers give at least what is asked and often more
+	 * (ibv_create_qp(3) reports it back), and programs count on it:
+	 * rdma_xclient posts a 16-byte inline SEND on a QP made with
+	 * max_inline_data 0 (rxe allows max_send_sge * 16 bytes; mlx5
+	 * more). */
+	c->max_inline_data = sr_max(a->cap.max_inline_data,
+				    sr_max((uint32_t)SR_MIN_INLINE,
+					   c->max_send_sge * (uint32_t)sizeof(struct ibv_sge)));
+	c->max_inline_data = sr_min(c->max_inline_data, (uint32_t)SR_MAX_INLINE);
 	qp->sq_max_wr = c->max_send_wr;
 	qp->sq_size = pow2_at_least(c->max_send_wr ? c->max_send_wr : 1);
 	qp->sq_stride = (uint32_t)(sizeof(struct sr_swqe) + c->max_send_sge * sizeof(struct ibv_sge));

@@ -3,7 +3,10 @@
 # (rdmacm-utils) through `softrnic run`: the synchronous rdma_getaddrinfo /
 # rdma_create_ep / rdma_get_request / rdma_accept / rdma_connect API, one
 # message each way (inline if the device allows), rdma_destroy_ep. Both
-# must exit 0 and print "end 0".
+# must exit 0 and print "end 0". Then rdma_xserver / rdma_xclient (RC):
+# the client posts a 16-byte inline SEND on a QP it made with
+# max_inline_data 0, which providers allow (softrnic gives every QP at
+# least 64 bytes of inline room, ibv_create_qp(3) reports it).
 #
 # usage: cm_rdma_server.sh BUILD_DIR      exit 0 pass, 1 fail, 77 skip
 set -uo pipefail
@@ -35,6 +38,28 @@ for round in 1 2; do
 		showall "$name"
 	fi
 done
+
+if command -v rdma_xserver >/dev/null && command -v rdma_xclient >/dev/null; then
+	name=xrc_rc
+	t0=$(date +%s%N)
+	if serve "$name" rdma_xserver -p @PORT@ -c r; then
+		client "$name" rdma_xclient -s 127.0.0.1 -p @PORT@ -c r
+		reap
+		ok=1
+		status_ok "$name" "rdma_xclient" "$crc" || ok=0
+		status_ok "$name" "rdma_xserver" "$src" || ok=0
+		grep -qx 'rdma_xserver: end 0' "$tmp/$name.srv" ||
+			{ fail "$name: rdma_xserver did not print 'rdma_xserver: end 0'"; ok=0; }
+		grep -qx 'rdma_xclient: end 0' "$tmp/$name.cli" ||
+			{ fail "$name: rdma_xclient did not print 'rdma_xclient: end 0'"; ok=0; }
+		if ((ok)); then
+			printf 'ok: %-8s rdma_xserver / rdma_xclient -c r %6d ms\n' "$name" \
+				$((($(date +%s%N) - t0) / 1000000))
+		else
+			showall "$name"
+		fi
+	fi
+fi
 
 if ((failed)); then
 	echo "FAIL: cm_rdma_server (${SECONDS}s)"

@@ -26,6 +26,7 @@
 #   reap                   wait for the server; its status in $src
 #   count FILE REGEX       number of lines of FILE matching REGEX
 # shellcheck disable=SC2034  # crc, src, port, spid: read by the scripts
+BUILD=$(realpath -m "$BUILD")	# (programs run from their own directory)
 SOFTRNIC=$BUILD/bin/softrnic
 WRAP=()
 unset SOFTRNIC_LIBDIR	# test the libraries of BUILD_DIR, nothing else
