@@ -9,6 +9,8 @@
 #   ib_send_lat / ib_write_lat -s 8 (t_typical, µs)
 #                                 vs  ucx_perftest -t ucp_am_lat -s 8 (median)
 #   ib_send_bw -s 64 (Mpps)       vs  ucx_perftest -t ucp_am_bw -s 64
+#   bench/ring_lat.c: the shm ring alone, 8 B one-way, vs one cache line
+#                                 each way (where the latency goes)
 #
 # UCX runs with UCX_TLS=sm,self (Debian ucx-utils), softrnic with its
 # defaults (SOFTRNIC_SHM on). Each figure is the median of BENCH_RUNS
@@ -48,6 +50,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 cc -O2 -o "$tmp/memcpy_bw" "$ROOT/bench/memcpy_bw.c" || exit 2
+cc -O2 -I "$ROOT/src" -o "$tmp/ring_lat" "$ROOT/bench/ring_lat.c" "$ROOT/src/chan/shm_ring.c" || exit 2
 failed=0
 
 port() { echo $((20000 + RANDOM % 30000)); }
@@ -106,6 +109,9 @@ for ((r = 1; r <= RUNS; r++)); do
 	add send_lat "$(perftest 5 ib_send_lat -s 8 -n "$ITERS")"
 	add write_lat "$(perftest 5 ib_write_lat -s 8 -n "$ITERS")"
 	add send_rate "$(perftest 5 ib_send_bw -s 64 -D "$SECS" --report_gbits)"
+	ring=$("$tmp/ring_lat" 200000 3)
+	add floor_lat "$(awk '/^floor/ { print $(NF - 2) }' <<<"$ring")"
+	add ring_lat "$(awk '/^shm_ring/ { print $(NF - 5) }' <<<"$ring")"
 done
 
 m() { median "${S[$1]:-}"; }
@@ -121,6 +127,10 @@ row "ib_write_bw 16 MiB" "$(m write_bw) Gb/s" "ucp_put_bw 16 MiB: $(m ucx_put) G
 row "ib_send_lat 8 B" "$(m send_lat) µs" "ucp_am_lat 8 B: $(m ucx_lat) µs" "$(ratio "$(m send_lat)" "$(m ucx_lat)")" lower
 row "ib_write_lat 8 B" "$(m write_lat) µs" "ucp_am_lat 8 B: $(m ucx_lat) µs" "$(ratio "$(m write_lat)" "$(m ucx_lat)")" lower
 row "ib_send_bw 64 B" "$(m send_rate) Mpps" "ucp_am_bw 64 B: $(m ucx_rate) Mpps" "$(ratio "$(m send_rate)" "$(m ucx_rate)")" higher
+row "shm ring alone, 8 B one-way" "$(m ring_lat) µs" "a cache line each way: $(m floor_lat) µs" "$(ratio "$(m ring_lat)" "$(m floor_lat)")" lower
+echo
+echo "(The last row is bench/ring_lat.c: softrnic's ring without the layers"
+echo "above it. ib_send_lat minus it is what those layers cost.)"
 echo
 echo "raw: $(for k in "${!S[@]}"; do printf '%s=[%s] ' "$k" "${S[$k]% }"; done)"
 exit $failed
