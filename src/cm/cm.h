@@ -3,7 +3,7 @@
  *   cm_core.c    process state, event channels, events, ids, sync ids
  *   cm_addr.c    bind, address/route resolution, getaddrinfo, options
  *   cm_conn.c    the CM thread, listen, connect/accept/reject/disconnect
- *   cm_qp.c      rdma_create_qp(_ex), rdma_init_qp_attr, ECE
+ *   cm_qp.c      rdma_create_qp(_ex), SRQs (XRC too), rdma_init_qp_attr, ECE
  *   cm_ep.c      rdma_create_ep / get_request / destroy_ep, migrate
  *   cm_ud.c      datagram ids (RDMA_PS_UDP/IPOIB): SIDR-like connect/accept
  *   cm_mcast.c   rdma_join_multicast(_ex), rdma_leave_multicast
@@ -138,6 +138,10 @@ struct cm_id {
 	struct ibv_pd *ep_pd;
 	uint8_t ep_connect[MPA_MAX_PD];
 	size_t ep_connect_len;
+	/* id->srq is an XRC SRQ completing into id->recv_cq, which the CM
+	 * made or gave it: the id's CQs outlive its QP until
+	 * rdma_destroy_srq (cm_qp.c) */
+	bool srq_cq;
 
 	/* datagram ids (cm_ud.c, cm_mcast.c) */
 	uint32_t sidr_tid;		/* the request's transaction id */
@@ -164,6 +168,9 @@ struct cm_state_all {
 	struct ibv_context *verbs;
 	struct ibv_pd *pd;
 	int pd_refs;
+	/* rdma-core's per-device XRC domain (ucma_get_xrcd): opened on first
+	 * use, closed with the default PD (cm_xrcd_get) */
+	struct ibv_xrcd *xrcd;
 	bool iwarp;
 };
 
@@ -191,12 +198,19 @@ int cm_push_request_locked(struct cm_id *listener, struct cm_id *child,
 struct cm_id *cm_id_new_locked(struct cm_channel *ch, void *context,
 			       enum rdma_port_space ps, enum ibv_qp_type qpt);
 void cm_id_free(struct cm_id *cid);
+/* rdma-core's rdma_create_id2: an id whose QP type is qpt, whatever ps
+ * would give (rdma_create_ep takes it from res->ai_qp_type). */
+int cm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		 enum rdma_port_space ps, enum ibv_qp_type qpt);
 /* Wait for the event a sync id's call produces (ucma_complete). */
 int cm_complete(struct cm_id *cid);
 struct cm_channel *cm_channel_new(bool sync);
 void cm_channel_free(struct cm_channel *c);
 void cm_pd_get_locked(struct cm_id *cid);
 void cm_pd_put_locked(struct cm_id *cid);
+/* The device's XRC domain, opened (fd -1, O_CREAT) on first use; for the
+ * XRC_RECV QPs and XRC SRQs the CM makes without one. Takes cm.lock. */
+int cm_xrcd_get(struct ibv_xrcd **out);
 /* Wait until no call is using the id outside the lock, then take it. */
 void cm_busy_take_locked(struct cm_id *cid);
 void cm_busy_drop_locked(struct cm_id *cid);

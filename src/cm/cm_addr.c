@@ -136,7 +136,9 @@ int cm_bind(struct cm_id *cid, const struct sockaddr *addr)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = cm_addr_len(addr), sl = sizeof(ss);
-	int type = cid->id.ps == RDMA_PS_UDP || cid->id.ps == RDMA_PS_IPOIB ? SOCK_DGRAM : SOCK_STREAM;
+	/* by QP type, as listen and connect go: an rdma_create_ep id may be
+	 * UD on RDMA_PS_IB */
+	int type = cid->id.qp_type == IBV_QPT_UD ? SOCK_DGRAM : SOCK_STREAM;
 	int fd, one = 1, ret;
 
 	if (!len)

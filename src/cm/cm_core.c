@@ -101,13 +101,36 @@ void cm_pd_put_locked(struct cm_id *cid)
 	if (!cid->has_pd_ref)
 		return;
 	cid->has_pd_ref = false;
-	if (--cm.pd_refs == 0 && cm.pd) {
-		/* Busy if the program still has MRs on it: keep it then. */
-		if (ibv_dealloc_pd(cm.pd) == 0)
-			cm.pd = NULL;
-		else
-			cm.pd_refs = 0;
+	if (--cm.pd_refs != 0)
+		return;
+	/* The last id on the device lets its XRC domain and default PD go
+	 * (rdma-core's ucma_put_device). Busy if the program still has MRs
+	 * on the PD, or SRQs or XRC_RECV QPs in the domain: kept then, for
+	 * the next id. */
+	if (cm.xrcd && ibv_close_xrcd(cm.xrcd) == 0)
+		cm.xrcd = NULL;
+	if (cm.pd && ibv_dealloc_pd(cm.pd) == 0)
+		cm.pd = NULL;
+}
+
+int cm_xrcd_get(struct ibv_xrcd **out)
+{
+	struct ibv_xrcd_init_attr a = {
+		.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+		.fd = -1,
+		.oflags = O_CREAT,
+	};
+	int ret = 0;
+
+	pthread_mutex_lock(&cm.lock);
+	if (!cm.xrcd) {
+		cm.xrcd = ibv_open_xrcd(cm.verbs, &a);
+		if (!cm.xrcd)
+			ret = errno ? -errno : -ENOMEM;
 	}
+	*out = cm.xrcd;
+	pthread_mutex_unlock(&cm.lock);
+	return ret;
 }
 
 /* ---- channels ----------------------------------------------------------- */
@@ -470,34 +493,30 @@ void cm_id_free(struct cm_id *cid)
 	free(cid);
 }
 
-SR_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
-			     void *context, enum rdma_port_space ps)
+int cm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		 enum rdma_port_space ps, enum ibv_qp_type qpt)
 {
 	struct cm_channel *ch = channel ? to_channel(channel) : NULL;
-	enum ibv_qp_type qpt;
 	struct cm_id *cid;
 	int ret = cm_init();
 
 	if (ret)
-		return cm_ret(ret);
+		return ret;
 	if (!id)
-		return cm_ret(-EINVAL);
+		return -EINVAL;
 	switch (ps) {
 	case RDMA_PS_TCP:
 	case RDMA_PS_IB:
-		qpt = IBV_QPT_RC;
-		break;
 	case RDMA_PS_UDP:
 	case RDMA_PS_IPOIB:
-		qpt = IBV_QPT_UD;
 		break;
 	default:
-		return cm_ret(-EINVAL);
+		return -EINVAL;
 	}
 	if (!ch) {
 		ch = cm_channel_new(true);
 		if (!ch)
-			return cm_ret(-ENOMEM);
+			return -ENOMEM;
 	}
 	pthread_mutex_lock(&cm.lock);
 	cid = cm_id_new_locked(ch, context, ps, qpt);
@@ -509,10 +528,18 @@ SR_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 	if (!cid) {
 		if (ch->sync)
 			cm_channel_free(ch);
-		return cm_ret(-ENOMEM);
+		return -ENOMEM;
 	}
 	*id = &cid->id;
 	return 0;
+}
+
+SR_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
+			     void *context, enum rdma_port_space ps)
+{
+	enum ibv_qp_type qpt = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
+
+	return cm_ret(cm_create_id(channel, id, context, ps, qpt));
 }
 
 /* Drop the events of cid that were never retrieved, and the ids of the

@@ -25,6 +25,25 @@ static int passive_ep(struct rdma_cm_id *id, struct rdma_addrinfo *res, struct i
 	return 0;
 }
 
+static enum rdma_port_space ep_ps(const struct rdma_addrinfo *res)
+{
+	return res->ai_port_space ? (enum rdma_port_space)res->ai_port_space : RDMA_PS_TCP;
+}
+
+/* The id takes the QP type of the address info, as rdma-core's
+ * rdma_create_ep does (rdma_create_id2): IBV_QPT_XRC_SEND or XRC_RECV on
+ * RDMA_PS_IB for XRC (rdma_xclient / rdma_xserver -c x). An address info
+ * a program filled in itself may leave it 0: the port space's then, as
+ * rdma_create_id would give. */
+static enum ibv_qp_type ep_qp_type(const struct rdma_addrinfo *res)
+{
+	enum rdma_port_space ps = ep_ps(res);
+
+	if (res->ai_qp_type)
+		return (enum ibv_qp_type)res->ai_qp_type;
+	return ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
+}
+
 SR_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 			     struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
 {
@@ -36,10 +55,9 @@ SR_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 		return cm_ret(-EINVAL);
 	if (res->ai_connect_len > MPA_MAX_PD)
 		return cm_ret(-EINVAL);
-	ret = rdma_create_id(NULL, &cm_id, NULL, res->ai_port_space ? res->ai_port_space :
-			     RDMA_PS_TCP);
+	ret = cm_create_id(NULL, &cm_id, NULL, ep_ps(res), ep_qp_type(res));
 	if (ret)
-		return ret;
+		return cm_ret(ret);
 	cid = to_cm(cm_id);
 	if (res->ai_flags & RAI_PASSIVE) {
 		if (passive_ep(cm_id, res, pd, qp_init_attr))

@@ -145,6 +145,7 @@ int xrcd_close(struct sr_xrcd *x)
 	if (last && !d->anon)
 		sr_list_del(&d->link);
 	pthread_mutex_unlock(&xrcd_lock);
+	sr_dbg("XRCD %p closed (domain %p%s)", (void *)x, (void *)d, last ? ", gone" : "");
 	if (last) {
 		pthread_mutex_destroy(&d->lock);
 		free(d);

@@ -32,7 +32,9 @@ SR_EXPORT int softrnic_stream_attach(uint32_t qpn, const struct softrnic_stream_
 
 	if (!qp)
 		return -ENOENT;
-	if (qp->ibqp.qp_base.qp_type != IBV_QPT_RC && qp->ibqp.qp_base.qp_type != IBV_QPT_UC)
+	/* RC, UC, and either half of XRC (the CM connects an XRC_SEND QP
+	 * to an XRC_RECV QP as it does two RC QPs) */
+	if (!qp_type_reliable(qp_type(qp)) && qp_type(qp) != IBV_QPT_UC)
 		ret = -EINVAL;
 	else
 		ret = chan_tcp_cm_attach(qp, &p, &ch);

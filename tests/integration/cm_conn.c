@@ -5,8 +5,9 @@
  * before the connection, SEND / RDMA WRITE / RDMA READ with the rkeys
  * carried in the private data, own QPs (rdma_init_qp_attr,
  * CONNECT_RESPONSE, rdma_establish), ECE, rdma_migrate_id, many
- * connections on one listener, the synchronous rdma_create_ep API, and
- * teardown in several orders.
+ * connections on one listener, the synchronous rdma_create_ep API, XRC
+ * through the CM (rdma_create_ep with XRC_SEND / XRC_RECV, an XRC SRQ
+ * named in the private data), and teardown in several orders.
  *
  *   cm_conn [SUBTEST...]              every (or the named) subtest, forked
  *   cm_conn --server PORT             the passive side of the remote cases,
@@ -1157,6 +1158,298 @@ static void sub_create_ep(void)
 	cm_fork_run(g_addr_v4, ep_server, ep_client);
 }
 
+/* ---- XRC through the CM: rdma_create_ep with XRC_SEND / XRC_RECV ------ */
+
+/* As rdma_xserver / rdma_xclient -c x do it (rdma-core's librdmacm): the
+ * address info asks for RDMA_PS_IB and an XRC QP type, rdma_create_ep
+ * gives the ids that type, rdma_get_request makes the server's XRC_RECV
+ * QP, rdma_create_srq on it an XRC SRQ completing into id->recv_cq, and
+ * the server tells the client the SRQ number in the accept's private
+ * data. SENDs from the client's XRC_SEND QP naming it land in that SRQ
+ * and complete on id->recv_cq with qp_num = the XRC_RECV QP. A second
+ * connection names an SRQ number nobody has: the requester gets
+ * IBV_WC_REM_ACCESS_ERR and the XRC_RECV QP goes to ERROR, as with
+ * hand-connected XRC (docs/COMPAT.md), and nothing lands. Teardown in
+ * both orders (QP first via rdma_destroy_ep; SRQ first). */
+#define XRC_BIG 3000
+#define XRC_SMALL 16
+
+static uint32_t xrc_srqn_get(struct rdma_cm_id *id)
+{
+	uint32_t n = 0;
+
+	CHECK(ibv_get_srq_num(id->srq, &n) == 0 && n, "ibv_get_srq_num: %u",
+	      n);
+	return n;
+}
+
+/* One accepted XRC connection on the sync listener: XRC_RECV QP, XRC
+ * SRQ with nrecv receives posted, accepted with the SRQ number. */
+static struct rdma_cm_id *xrc_accept(struct rdma_cm_id *lid, uint8_t *buf,
+				     size_t len, struct ibv_mr **mr, int nrecv)
+{
+	struct rdma_cm_id *id;
+	struct ibv_qp_attr qa;
+	int mask;
+
+	CHECK(rdma_get_request(lid, &id) == 0, "rdma_get_request: %s",
+	      strerror(errno));
+	CHECK(id->qp_type == IBV_QPT_XRC_RECV && id->ps == RDMA_PS_IB,
+	      "child id: qp_type %d ps %#x, want XRC_RECV on RDMA_PS_IB",
+	      id->qp_type, id->ps);
+	CHECK(id->qp && id->qp->qp_type == IBV_QPT_XRC_RECV,
+	      "rdma_get_request: QP %p of type %d, want XRC_RECV",
+	      (void *)id->qp, id->qp ? (int)id->qp->qp_type : -1);
+	CHECK(qp_state(id->qp) == IBV_QPS_INIT, "XRC_RECV QP in state %d",
+	      qp_state(id->qp));
+	CHECK(!id->srq, "an SRQ before rdma_create_srq");
+
+	struct ibv_srq_init_attr sa = {
+		.srq_context = id,
+		.attr = { .max_wr = 8, .max_sge = 1 },
+	};
+	CHECK(rdma_create_srq(id, NULL, &sa) == 0, "rdma_create_srq: %s",
+	      strerror(errno));
+	CHECK(id->srq, "rdma_create_srq: id->srq not set");
+	CHECK(sa.attr.max_wr >= 8, "rdma_create_srq: max_wr %u back",
+	      sa.attr.max_wr);
+	CHECK(id->srq->srq_context == id, "SRQ context not kept");
+	/* an XRC SRQ: it has a number, and completes into id->recv_cq,
+	 * which the CM made with a channel, cq_context = id */
+	CHECK(id->recv_cq && id->recv_cq_channel &&
+		      id->recv_cq->cq_context == id &&
+		      id->recv_cq->channel == id->recv_cq_channel,
+	      "XRC SRQ: id->recv_cq %p channel %p", (void *)id->recv_cq,
+	      (void *)id->recv_cq_channel);
+	/* rdma_get_request made it for the QP's one receive: it must
+	 * hold the SRQ's now */
+	CHECK(id->recv_cq->cqe >= 8, "id->recv_cq has %d entries for an "
+	      "SRQ of 8", id->recv_cq->cqe);
+	errno = 0;
+	CHECK(rdma_create_srq(id, NULL, &sa) == -1 && errno == EINVAL,
+	      "a second SRQ on the id: errno %d, want EINVAL", errno);
+
+	/* the IB CM's attributes for the XRC_RECV half: no requester */
+	qa.qp_state = IBV_QPS_RTS;
+	CHECK(rdma_init_qp_attr(id, &qa, &mask) == 0, "rdma_init_qp_attr");
+	CHECK(mask == (IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT),
+	      "XRC_RECV RTS mask %#x", mask);
+
+	*mr = rdma_reg_msgs(id, buf, len);
+	CHECK(*mr, "rdma_reg_msgs: %s", strerror(errno));
+	for (int i = 0; i < nrecv; i++)
+		CHECK(rdma_post_recv(id, (void *)(uintptr_t)(100 + i),
+				     buf + (size_t)i * 4096, 4096, *mr) == 0,
+		      "rdma_post_recv to the XRC SRQ: %s", strerror(errno));
+
+	uint32_t srqn = htonl(xrc_srqn_get(id));
+	struct rdma_conn_param p = { .private_data = &srqn,
+				     .private_data_len = sizeof(srqn) };
+	CHECK(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
+	CHECK(qp_state(id->qp) == IBV_QPS_RTS,
+	      "XRC_RECV QP state %d after accept, want RTS",
+	      qp_state(id->qp));
+	return id;
+}
+
+static void xrc_server(struct cm_side *s)
+{
+	struct rdma_addrinfo hints = { 0 }, *res = NULL;
+	struct rdma_cm_id *lid, *id;
+	struct ibv_qp_init_attr attr;
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	uint8_t *buf = calloc(1, 4 * 4096);
+
+	CHECK(buf, "calloc");
+	memset(&attr, 0, sizeof(attr));
+	attr.cap.max_send_wr = attr.cap.max_recv_wr = 1;
+	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+	hints.ai_flags = RAI_PASSIVE;
+	hints.ai_port_space = RDMA_PS_IB;
+	hints.ai_qp_type = IBV_QPT_XRC_RECV;
+	CHECK(rdma_getaddrinfo(s->addr, "0", &hints, &res) == 0,
+	      "rdma_getaddrinfo: %s", strerror(errno));
+	CHECK(res->ai_qp_type == IBV_QPT_XRC_RECV &&
+		      res->ai_port_space == RDMA_PS_IB,
+	      "rdma_getaddrinfo: qp_type %d ps %#x", res->ai_qp_type,
+	      res->ai_port_space);
+	CHECK(rdma_create_ep(&lid, res, NULL, &attr) == 0,
+	      "rdma_create_ep (passive, XRC_RECV): %s", strerror(errno));
+	rdma_freeaddrinfo(res);
+	CHECK(lid->qp_type == IBV_QPT_XRC_RECV,
+	      "rdma_create_ep: id qp_type %d, want XRC_RECV (%d)",
+	      lid->qp_type, IBV_QPT_XRC_RECV);
+	CHECK(rdma_listen(lid, 2) == 0, "rdma_listen: %s", strerror(errno));
+	cm_put_port(s, ntohs(rdma_get_src_port(lid)));
+
+	/* 1: two SENDs into the SRQ named in the private data */
+	id = xrc_accept(lid, buf, 4 * 4096, &mr, 2);
+	CHECK(rdma_get_recv_comp(id, &wc) == 1, "rdma_get_recv_comp: %s",
+	      strerror(errno));
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV &&
+		      wc.wr_id == 100 && wc.byte_len == XRC_BIG,
+	      "XRC receive 1: %s opcode %d wr_id %llu len %u",
+	      ibv_wc_status_str(wc.status), wc.opcode,
+	      (unsigned long long)wc.wr_id, wc.byte_len);
+	CHECK(wc.qp_num == id->qp->qp_num,
+	      "XRC receive: qp_num %#x, want the XRC_RECV QP %#x", wc.qp_num,
+	      id->qp->qp_num);
+	check_pattern(buf, XRC_BIG, 71, "XRC SEND 1");
+	CHECK(rdma_get_recv_comp(id, &wc) == 1, "rdma_get_recv_comp 2");
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 101 &&
+		      wc.byte_len == XRC_SMALL && wc.qp_num == id->qp->qp_num,
+	      "XRC receive 2: %s wr_id %llu len %u qp_num %#x",
+	      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id,
+	      wc.byte_len, wc.qp_num);
+	check_pattern(buf + 4096, XRC_SMALL, 72, "XRC SEND 2 (inline)");
+	cm_sync(s, 0x71);
+	rdma_disconnect(id);
+	CHECK(rdma_dereg_mr(mr) == 0, "rdma_dereg_mr");
+	rdma_destroy_ep(id);	/* QP, then the SRQ and its CQs, then the id */
+
+	/* 2: the client names an SRQ number nobody has */
+	id = xrc_accept(lid, buf, 4 * 4096, &mr, 1);
+	cm_sync(s, 0x74);	/* accept checked RTS: the client may post */
+	cm_sync(s, 0x72);	/* the client posted it */
+	CHECK(wait_qp_state(id->qp, IBV_QPS_ERR, 5000),
+	      "XRC_RECV QP state %d after a SEND to no SRQ, want ERROR",
+	      qp_state(id->qp));
+	expect_no_wc(id->recv_cq, 100, "the SRQ after a SEND to no SRQ");
+	cm_sync(s, 0x73);
+	rdma_disconnect(id);
+	CHECK(rdma_dereg_mr(mr) == 0, "rdma_dereg_mr 2");
+	/* the other order: SRQ (its CQs stay for the QP), then the rest */
+	rdma_destroy_srq(id);
+	CHECK(!id->srq, "rdma_destroy_srq left id->srq");
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(lid);
+	free(buf);
+}
+
+static void xrc_client(struct cm_side *s)
+{
+	struct rdma_addrinfo hints = { 0 }, *res = NULL;
+	struct ibv_qp_init_attr attr;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	struct ibv_qp_attr qa;
+	struct rdma_cm_id *id;
+	struct ibv_wc wc;
+	char port[8];
+	int mask;
+	uint8_t big[XRC_BIG], small[XRC_SMALL];
+
+	snprintf(port, sizeof(port), "%u", cm_get_port(s));
+	hints.ai_port_space = RDMA_PS_IB;
+	hints.ai_qp_type = IBV_QPT_XRC_SEND;
+	CHECK(rdma_getaddrinfo(s->addr, port, &hints, &res) == 0,
+	      "rdma_getaddrinfo: %s", strerror(errno));
+
+	for (int round = 0; round < 2; round++) {
+		/* fresh each time: rdma-core writes the CQs it made back */
+		memset(&attr, 0, sizeof(attr));
+		attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+		attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+		attr.sq_sig_all = 1;
+		CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0,
+		      "rdma_create_ep (active, XRC_SEND): %s", strerror(errno));
+		CHECK(id->qp_type == IBV_QPT_XRC_SEND && id->ps == RDMA_PS_IB,
+		      "id qp_type %d ps %#x, want XRC_SEND on RDMA_PS_IB",
+		      id->qp_type, id->ps);
+		CHECK(id->qp && id->qp->qp_type == IBV_QPT_XRC_SEND &&
+			      id->send_cq && id->qp->send_cq == id->send_cq,
+		      "active ep: QP %p type %d", (void *)id->qp,
+		      id->qp ? (int)id->qp->qp_type : -1);
+		CHECK(attr.qp_type == IBV_QPT_XRC_SEND,
+		      "qp_init_attr.qp_type %d after rdma_create_ep",
+		      attr.qp_type);
+		/* the IB CM's attributes for the XRC_SEND half: no responder */
+		qa.qp_state = IBV_QPS_RTR;
+		CHECK(rdma_init_qp_attr(id, &qa, &mask) == 0,
+		      "rdma_init_qp_attr");
+		CHECK(!(mask & (IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) &&
+			      (mask & IBV_QP_DEST_QPN),
+		      "XRC_SEND RTR mask %#x", mask);
+		struct ibv_mr *mr = rdma_reg_msgs(id, big, sizeof(big));
+		CHECK(mr, "rdma_reg_msgs: %s", strerror(errno));
+		CHECK(rdma_connect(id, NULL) == 0, "sync rdma_connect: %s",
+		      strerror(errno));
+		CHECK(qp_state(id->qp) == IBV_QPS_RTS,
+		      "XRC_SEND QP state %d after connect", qp_state(id->qp));
+		CHECK(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED &&
+			      id->event->param.conn.private_data_len >= 4,
+		      "no ESTABLISHED with the SRQ number");
+		uint32_t srqn = ntohl(*(const uint32_t *)
+					      id->event->param.conn.private_data);
+		CHECK(srqn && srqn <= 0xffffff, "SRQ number %#x", srqn);
+
+		if (round == 0) {
+			fill_pattern(big, sizeof(big), 71);
+			memset(&wr, 0, sizeof(wr));
+			sge = (struct ibv_sge){ .addr = (uintptr_t)big,
+						.length = sizeof(big),
+						.lkey = mr->lkey };
+			wr.wr_id = 1;
+			wr.sg_list = &sge;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_SEND;
+			wr.qp_type.xrc.remote_srqn = srqn;
+			CHECK(ibv_post_send(id->qp, &wr, &bad) == 0,
+			      "post XRC SEND");
+			CHECK(rdma_get_send_comp(id, &wc) == 1 &&
+				      wc.status == IBV_WC_SUCCESS &&
+				      wc.wr_id == 1 && wc.opcode == IBV_WC_SEND,
+			      "XRC SEND 1: %s", ibv_wc_status_str(wc.status));
+			/* rdma_xclient's: 16 inline bytes, lkey 0 */
+			fill_pattern(small, sizeof(small), 72);
+			sge = (struct ibv_sge){ .addr = (uintptr_t)small,
+						.length = sizeof(small) };
+			wr.wr_id = 2;
+			wr.send_flags = IBV_SEND_INLINE;
+			CHECK(ibv_post_send(id->qp, &wr, &bad) == 0,
+			      "post inline XRC SEND");
+			CHECK(rdma_get_send_comp(id, &wc) == 1 &&
+				      wc.status == IBV_WC_SUCCESS && wc.wr_id == 2,
+			      "XRC SEND 2: %s", ibv_wc_status_str(wc.status));
+			cm_sync(s, 0x71);
+		} else {
+			cm_sync(s, 0x74);
+			memset(&wr, 0, sizeof(wr));
+			sge = (struct ibv_sge){ .addr = (uintptr_t)big,
+						.length = 64,
+						.lkey = mr->lkey };
+			wr.wr_id = 3;
+			wr.sg_list = &sge;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_SEND;
+			wr.qp_type.xrc.remote_srqn = srqn ^ 0x800000;
+			CHECK(ibv_post_send(id->qp, &wr, &bad) == 0,
+			      "post XRC SEND to no SRQ");
+			cm_sync(s, 0x72);
+			CHECK(rdma_get_send_comp(id, &wc) == 1, "send comp");
+			CHECK(wc.wr_id == 3 && wc.status == IBV_WC_REM_ACCESS_ERR,
+			      "SEND to no SRQ: %s (wr_id %llu), want "
+			      "IBV_WC_REM_ACCESS_ERR",
+			      ibv_wc_status_str(wc.status),
+			      (unsigned long long)wc.wr_id);
+			CHECK(wait_qp_state(id->qp, IBV_QPS_ERR, 2000),
+			      "XRC_SEND QP state %d after the error, want ERROR",
+			      qp_state(id->qp));
+			cm_sync(s, 0x73);
+		}
+		rdma_disconnect(id);
+		CHECK(rdma_dereg_mr(mr) == 0, "rdma_dereg_mr");
+		rdma_destroy_ep(id);
+	}
+	rdma_freeaddrinfo(res);
+}
+
+static void sub_xrc(void)
+{
+	cm_fork_run(g_addr_v4, xrc_server, xrc_client);
+}
+
 /* ---- teardown orders ---------------------------------------------------- */
 
 /* The client destroys QP and id without rdma_disconnect; the server, which
@@ -1481,6 +1774,7 @@ static const struct cm_case remote_cases[] = {
 	{ "own_qp", own_server, own_client },
 	{ "multi", multi_server, multi_client },
 	{ "reject", reject_server, reject_client },
+	{ "xrc", xrc_server, xrc_client },
 };
 
 /* One side of every remote case over an out-of-band TCP stream. */
@@ -1518,6 +1812,7 @@ int main(int argc, char **argv)
 		SUBTEST(sub_migrate),
 		SUBTEST(sub_multi),
 		SUBTEST(sub_create_ep),
+		SUBTEST(sub_xrc),
 		SUBTEST(sub_teardown_abrupt),
 		SUBTEST(sub_peer_dies),
 		SUBTEST(sub_plain_peer),

@@ -10,7 +10,8 @@
 #  3. perftest: ib_write_bw, ib_read_bw, ib_send_lat (RC), ib_send_bw and
 #     ib_send_lat with -c UD.
 #  4. the connection manager: cm_conn --server / --client (connect with
-#     private data, data both ways, own QPs, many connections, reject),
+#     private data, data both ways, own QPs, many connections, reject,
+#     XRC through rdma_create_ep),
 #     CM to 198.18.0.1, and unmodified rping -v -C 50 with its data
 #     compared.
 #
