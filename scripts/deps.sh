@@ -12,8 +12,9 @@ PACKAGES=(
 	# build
 	cmake gcc clang make pkg-config
 	libibverbs-dev librdmacm-dev libcmocka-dev libisal-dev
-	# compat tests and demo: unmodified rdma-core, perftest, pyverbs programs
+	# compat tests and demo: unmodified rdma-core, perftest, pyverbs, UCX programs
 	ibverbs-utils rdmacm-utils perftest python3-pyverbs libfabric-bin qperf
+	ucx-utils
 	# tests
 	valgrind iproute2 tshark gdb
 	# benchmarks (make bench): the raw-TCP limits softrnic is measured against

@@ -7,9 +7,10 @@
  * `run` puts softrnic's library directory first in LD_LIBRARY_PATH and execs
  * CMD in place, so the program's own exit status (or the signal that killed
  * it) is what the caller sees. Before the exec it gives CMD a private mount
- * namespace in which /sys/class/infiniband shows softrnic0 (sysfs_view.c;
+ * namespace in which /sys/class/infiniband shows softrnic0 (sysfs_view.c)
+ * and /dev/infiniband/uverbs0 is a character device (dev_view.c);
  * unprivileged through a user namespace where the system allows one, else
- * skipped). Nothing here needs root or stays resident. Subcommands live in
+ * skipped. Nothing here needs root or stays resident. Subcommands live in
  * one table; add a line there (and a function) for each new one (`stat`, …).
  */
 #include <errno.h>
@@ -65,7 +66,8 @@ static void usage(FILE *out)
 		     "  SOFTRNIC_LIBDIR   library directory to use (default: ../lib next to\n"
 		     "                    this executable)\n"
 		     "  SOFTRNIC_DEBUG    log level 0-3 of the library (see docs/CONFIG.md)\n"
-		     "  SOFTRNIC_SYSFS    0: no /sys/class/infiniband view of softrnic0 for CMD\n");
+		     "  SOFTRNIC_SYSFS    0: no /sys/class/infiniband view of softrnic0 and no\n"
+		     "                    /dev/infiniband/uverbs0 for CMD\n");
 }
 
 /*
@@ -195,8 +197,9 @@ static int cmd_run(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 
-	/* The program sees softrnic0 in /sys/class too, where the system lets
-	 * us (tools/sysfs_view.c); without the view it runs all the same. */
+	/* The program sees softrnic0 in /sys/class and /dev/infiniband too,
+	 * where the system lets us (tools/sysfs_view.c, dev_view.c); without
+	 * the views it runs all the same. */
 	if (sysfs_view_setup(libdir) == -2) {
 		fprintf(stderr, "softrnic: run: entered a user namespace but could not "
 			"map uid %u into it; set SOFTRNIC_SYSFS=0\n", (unsigned)geteuid());

@@ -23,13 +23,18 @@
  * program still reaches the host as before). `ip netns exec` remounts /sys
  * and so shows the real one, as it always did.
  *
+ * In the same namespace, dev_view.c gives each uverbs device of the view
+ * a character device /dev/infiniband/uverbsN, and its infiniband_verbs/
+ * uverbsN/dev says which device number that node has.
+ *
  * Not covered: classes that appear after the program started, real RDMA
  * devices (only what libibverbs.so.1 lists is shown, as ibv_get_device_list
  * does), and anything under /sys/devices or /sys/bus.
  */
 #include "sysfs_view.h"
+#include "dev_view.h"
+#include "view.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +50,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,35 +60,7 @@
 #define GEN_TIMEOUT_MS 10000	/* for the child that queries the library */
 #define VIEW_MNT_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
-/* ---- messages ----------------------------------------------------------- */
-
-/* As the library reads SOFTRNIC_DEBUG (docs/CONFIG.md): not a number = 3. */
-static int debug_level(void)
-{
-	const char *v = getenv("SOFTRNIC_DEBUG");
-	char *end;
-	long l;
-
-	if (!v || !*v)
-		return 0;
-	l = strtol(v, &end, 10);
-	return *end ? 3 : (int)l;
-}
-
-static void say(int level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void say(int level, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (debug_level() < level)
-		return;
-	fprintf(stderr, "softrnic: sysfs view: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
+#define say(level, ...) view_say("sysfs view", level, __VA_ARGS__)
 
 /* ---- writing the tree (in the child) ------------------------------------ */
 
@@ -102,17 +80,9 @@ static int put(const char *path, const char *fmt, ...)
 	return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
-/* path = dir "/" name; -1 when it does not fit. */
-static int join(char *out, size_t len, const char *dir, const char *name)
-{
-	int n = snprintf(out, len, "%s/%s", dir, name);
-
-	return (n < 0 || (size_t)n >= len) ? -1 : 0;
-}
-
 static int mkdir_in(char *out, size_t len, const char *dir, const char *name)
 {
-	if (join(out, len, dir, name))
+	if (view_join(out, len, dir, name))
 		return -1;
 	return (mkdir(out, 0755) && errno != EEXIST) ? -1 : 0;
 }
@@ -121,7 +91,7 @@ static int put_in(const char *dir, const char *name, const char *val)
 {
 	char p[PATH_MAX];
 
-	return join(p, sizeof(p), dir, name) ? -1 : put(p, "%s", val);
+	return view_join(p, sizeof(p), dir, name) ? -1 : put(p, "%s", val);
 }
 
 static void fmt_guid(char *out, size_t len, __be64 g)
@@ -196,7 +166,7 @@ static int load_verbs(const char *libdir, struct verbs_fns *f)
 	char path[PATH_MAX];
 	void *h;
 
-	if (join(path, sizeof(path), libdir, "libibverbs.so.1"))
+	if (view_join(path, sizeof(path), libdir, "libibverbs.so.1"))
 		return -1;
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
@@ -359,7 +329,7 @@ static int write_device(const struct verbs_fns *f, struct ibv_device *d, const c
 	 * like a RoCE function's; the suite takes the first one listed. */
 	if (*ndev0) {
 		snprintf(link, sizeof(link), "../../../../net/%s", ndev0);
-		if (join(p, sizeof(p), net, ndev0) || symlink(link, p))
+		if (view_join(p, sizeof(p), net, ndev0) || symlink(link, p))
 			goto close;
 	}
 	if (mkdir_in(uv, sizeof(uv), root, "infiniband_verbs") ||
@@ -472,75 +442,15 @@ static int enter_namespace(void)
 	return 0;
 }
 
-/* Stop our mounts from propagating to the host: make the mount that holds
- * /sys/class a slave (MS_SLAVE fails with EINVAL on a non-mount-point). */
-static int isolate_class_mount(void)
-{
-	static const char *const cand[] = { CLASS_DIR, "/sys", "/" };
-
-	for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++) {
-		if (mount(NULL, cand[i], NULL, MS_SLAVE, NULL) == 0)
-			return 0;
-		if (errno != EINVAL)
-			break;
-	}
-	say(1, "cannot make the mount of %s a slave: %s", CLASS_DIR, strerror(errno));
-	return -1;
-}
-
-struct names {
-	char **v;
-	size_t n;
-};
-
-static void names_free(struct names *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		free(s->v[i]);
-	free(s->v);
-}
-
-/* The entries of /sys/class that stay as they are (all but ours). */
-static int list_classes(struct names *s)
-{
-	DIR *d = opendir(CLASS_DIR);
-	struct dirent *e;
-
-	s->v = NULL;
-	s->n = 0;
-	if (!d)
-		return -1;
-	while ((e = readdir(d))) {
-		char **nv;
-
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
-		    !strcmp(e->d_name, "infiniband") ||
-		    !strcmp(e->d_name, "infiniband_verbs"))
-			continue;
-		nv = realloc(s->v, (s->n + 1) * sizeof(*nv));
-		if (!nv || !(nv[s->n] = strdup(e->d_name))) {
-			if (nv)
-				s->v = nv;
-			closedir(d);
-			names_free(s);
-			return -1;
-		}
-		s->v = nv;
-		s->n++;
-	}
-	closedir(d);
-	return 0;
-}
-
 /* Bind every original class back over the tmpfs; `old` is an O_PATH
  * descriptor of the covered /sys/class. */
-static int bind_classes(int old, const struct names *s)
+static int bind_classes(int old, const struct view_names *s)
 {
 	char src[PATH_MAX], dst[PATH_MAX];
 
 	for (size_t i = 0; i < s->n; i++) {
 		snprintf(src, sizeof(src), "/proc/self/fd/%d/%s", old, s->v[i]);
-		if (join(dst, sizeof(dst), CLASS_DIR, s->v[i]) ||
+		if (view_join(dst, sizeof(dst), CLASS_DIR, s->v[i]) ||
 		    (mkdir(dst, 0755) && errno != EEXIST) ||
 		    mount(src, dst, NULL, MS_BIND | MS_REC, NULL)) {
 			say(1, "bind %s over the view: %s", s->v[i], strerror(errno));
@@ -573,12 +483,56 @@ static void pass_guid(void)
 	fclose(f);
 }
 
+/*
+ * /dev/infiniband/uverbsN for each uverbs device of the view (dev_view.c),
+ * and its infiniband_verbs/uverbsN/dev ("major:minor", as the kernel's)
+ * naming that node. Called before the view is made read-only; a /dev view
+ * that cannot be made leaves the sysfs view as it is.
+ */
+static void add_dev_nodes(void)
+{
+	static const char uverbs[] = CLASS_DIR "/infiniband_verbs";
+	char p[PATH_MAX], txt[32];
+	struct view_names all;
+	struct stat st;
+	char **devs;
+	size_t n = 0;
+
+	if (view_list(uverbs, NULL, 0, &all))
+		return;
+	devs = calloc(all.n ? all.n : 1, sizeof(*devs));
+	if (!devs)
+		goto free_all;
+	for (size_t i = 0; i < all.n; i++)	/* directories; not abi_version */
+		if (!view_join(p, sizeof(p), uverbs, all.v[i]) && !stat(p, &st) &&
+		    S_ISDIR(st.st_mode))
+			devs[n++] = all.v[i];
+	if (!n || dev_view_build(devs, n))
+		goto free_devs;
+	for (size_t i = 0; i < n; i++) {
+		char dir[PATH_MAX];
+
+		if (view_join(p, sizeof(p), "/dev/infiniband", devs[i]) || stat(p, &st) ||
+		    !S_ISCHR(st.st_mode) || view_join(dir, sizeof(dir), uverbs, devs[i]))
+			continue;
+		snprintf(txt, sizeof(txt), "%u:%u", major(st.st_rdev), minor(st.st_rdev));
+		if (put_in(dir, "dev", txt))
+			say(1, "writing %s/dev: %s", dir, strerror(errno));
+	}
+free_devs:
+	free(devs);
+free_all:
+	view_names_free(&all);
+}
+
 static int build_view(const char *libdir)
 {
-	struct names classes;
+	/* Every class but ours stays as it is. */
+	static char *const ours[] = { "infiniband", "infiniband_verbs" };
+	struct view_names classes;
 	int old, ret = -1;
 
-	if (isolate_class_mount() || list_classes(&classes))
+	if (view_isolate(CLASS_DIR) || view_list(CLASS_DIR, ours, 2, &classes))
 		return -1;
 	old = open(CLASS_DIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (old < 0)
@@ -587,19 +541,22 @@ static int build_view(const char *libdir)
 		say(1, "mount tmpfs on %s: %s", CLASS_DIR, strerror(errno));
 		goto close_old;
 	}
-	if (generate(libdir, CLASS_DIR) || bind_classes(old, &classes) ||
-	    mount(NULL, CLASS_DIR, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | VIEW_MNT_FLAGS,
-		  NULL)) {
-		say(1, "cannot build the view (%s): running without it", strerror(errno));
-		umount2(CLASS_DIR, MNT_DETACH);	/* the real /sys/class again */
-		goto close_old;
-	}
+	if (generate(libdir, CLASS_DIR) || bind_classes(old, &classes))
+		goto undo;
+	add_dev_nodes();	/* before read-only: it writes uverbsN/dev */
+	if (mount(NULL, CLASS_DIR, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | VIEW_MNT_FLAGS,
+		  NULL))
+		goto undo;
 	pass_guid();
 	ret = 0;
+	goto close_old;
+undo:
+	say(1, "cannot build the view (%s): running without it", strerror(errno));
+	umount2(CLASS_DIR, MNT_DETACH);	/* the real /sys/class again */
 close_old:
 	close(old);
 free_names:
-	names_free(&classes);
+	view_names_free(&classes);
 	return ret;
 }
 

@@ -980,14 +980,17 @@ __attribute__((destructor)) static void shm_stats_print(void)
 {
 	const char *v = getenv("SOFTRNIC_STATS");
 	uint64_t t = atomic_load(&chan_stats.tcp_fpdus), s = atomic_load(&chan_stats.shm_fpdus);
+	uint64_t us = atomic_load(&chan_stats.ud_sent), ur = atomic_load(&chan_stats.ud_received);
 
-	if (!v || strcmp(v, "1") || (!t && !s && !atomic_load(&chan_stats.shm_refused)))
+	if (!v || strcmp(v, "1") ||
+	    (!t && !s && !us && !ur && !atomic_load(&chan_stats.shm_refused)))
 		return;
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
-		"shm_mapped %llu shm_links %llu shm_refused %llu\n", (int)getpid(),
-		(unsigned long long)t, (unsigned long long)s,
+		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu\n",
+		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
 		(unsigned long long)atomic_load(&chan_stats.shm_links),
-		(unsigned long long)atomic_load(&chan_stats.shm_refused));
+		(unsigned long long)atomic_load(&chan_stats.shm_refused),
+		(unsigned long long)us, (unsigned long long)ur);
 }

@@ -39,6 +39,8 @@ struct chan_stats {
 	_Atomic uint64_t shm_mapped;	/* ... copied from their memfds */
 	_Atomic uint64_t shm_links;	/* streams that moved to shm */
 	_Atomic uint64_t shm_refused;	/* offers refused (either side) */
+	_Atomic uint64_t ud_sent;	/* UD datagrams handed to UDP sockets */
+	_Atomic uint64_t ud_received;	/* ... received for a UD QP (delivered or held) */
 };
 extern struct chan_stats chan_stats;
 

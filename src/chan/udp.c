@@ -4,6 +4,7 @@
  * group list) is taken before a QP lock, never after; tx_lock (the
  * "socket full" state) is taken under a QP lock and takes nothing.
  */
+#include "chan/shm.h"
 #include "chan/udp.h"
 #include "core/qp.h"
 #include "progress/progress.h"
@@ -100,6 +101,8 @@ static void udp_deliver(struct sr_udp_ctx *u, uint32_t qpn, const struct ud_hdr 
 	v = ud_deliver(qp, h, payload, g);
 	qp_put(qp);
 	udp_count(u, verdict_stat[v]);
+	if (v == UD_DELIVERED || v == UD_HELD)
+		atomic_fetch_add_explicit(&chan_stats.ud_received, 1, memory_order_relaxed);
 	if (v != UD_DELIVERED && v != UD_HELD)
 		sr_dbg("UD QP %#x: datagram from QP %#x dropped (%d)", qpn, h->src_qpn, (int)v);
 }
@@ -398,6 +401,7 @@ int chan_udp_send(struct sr_context *ctx, const struct sr_ud_av *av, uint32_t ds
 	}
 	if (n >= 0) {
 		udp_count(u, ST_TX_OK);
+		atomic_fetch_add_explicit(&chan_stats.ud_sent, 1, memory_order_relaxed);
 		return 0;
 	}
 	if (errno == EAGAIN || errno == EWOULDBLOCK) {

@@ -269,9 +269,11 @@ static void ud_complete_locked(struct sr_qp *qp, struct sr_rwqe *r, const struct
 	wc.qp_num = qp->ibqp.qp_base.qp_num;
 	if (st == IBV_WC_SUCCESS) {
 		/* ibv_poll_cq(3): for UD, byte_len counts the GRH area too;
-		 * slid, sl and dlid_path_bits are 0 on RoCE. */
+		 * slid and dlid_path_bits are 0 on RoCE, and sl says IPv4
+		 * or IPv6 as on mlx5 (wire/ud.h). */
 		wc.byte_len = UD_GRH_LEN + h->len;
 		wc.src_qp = h->src_qpn;
+		wc.sl = ud_gid_v4mapped(g->sgid) ? UD_WC_SL_IPV4 : UD_WC_SL_IPV6;
 		wc.wc_flags = IBV_WC_GRH;
 		wc.pkey_index = 0;
 		if (h->opcode == UD_OP_SEND_IMM) {

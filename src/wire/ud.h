@@ -85,4 +85,15 @@ int ud_grh_parse(const uint8_t grh[UD_GRH_LEN], struct ud_grh_info *g);
 /* Is this GID an IPv4-mapped (::ffff:a.b.c.d) address? */
 bool ud_gid_v4mapped(const uint8_t gid[16]);
 
+/* The sl of a UD receive's work completion on a RoCE port: the L3 header
+ * type of the datagram. IBTA Annex A17.4.5.1 (RoCEv2) wants a UD
+ * completion to say whether the frame was IPv4, IPv6 or RoCE v1; struct
+ * ibv_wc has no field for it, and mlx5 (libmlx5 and the kernel's
+ * mlx5_ib, which reads the same CQE bits as the packet type) reports it
+ * in sl, where Ethernet has no service level: 0 GRH (RoCE v1), 1 IPv6,
+ * 2 IPv4. Programs read it there to know where the destination GID lies
+ * in the GRH area (UCX's UD transports do). */
+#define UD_WC_SL_IPV6		1
+#define UD_WC_SL_IPV4		2
+
 #endif

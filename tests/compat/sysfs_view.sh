@@ -2,9 +2,11 @@
 # compat/sysfs_view: the /sys/class/infiniband view `softrnic run` gives a
 # program (tools/sysfs_view.c). A reader of ports/1/gids/N, gid_attrs/types/N
 # and ndevs/N must agree with unmodified ibv_devinfo -v run the same way; the
-# rest of /sys must be untouched; SOFTRNIC_SYSFS=0 turns the view off; the
-# host's /sys never changes; as root an unprivileged user gets the view too
-# (user namespace) where the system allows it.
+# rest of /sys must be untouched; /dev/infiniband/uverbs0 is a character
+# device that infiniband_verbs/uverbs0/dev names, and the rest of /dev is
+# the host's; SOFTRNIC_SYSFS=0 turns the view off; the host's /sys and
+# /dev never change; as root an unprivileged user gets the view too (user
+# namespace) where the system allows it.
 #
 # usage: sysfs_view.sh BUILD_DIR      exit 0 pass, 1 fail, 77 skip
 set -uo pipefail
@@ -101,20 +103,56 @@ got=$(timeout 30 "$SOFTRNIC" run -- ls /sys/class | grep -v '^infiniband' | tr '
 timeout 30 "$SOFTRNIC" run -- test -e /sys/class/net/lo/device/../subsystem -o -d /sys/devices/virtual/net/lo ||
 	fail "/sys/devices not reachable in the view"
 
+# The /dev view (tools/dev_view.c): /dev/infiniband/uverbs0 is a character
+# device the user may read and write, infiniband_verbs/uverbs0/dev names it,
+# the rest of /dev is the host's (/dev/shm shared: a file made inside is
+# seen outside), and the host's /dev does not change.
+uv=/dev/infiniband/uverbs0
+host_ib=$( [[ -e /dev/infiniband ]] && echo yes || echo no)
+out=$(timeout 30 "$SOFTRNIC" run -- sh -c "test -c $uv -a -r $uv -a -w $uv && stat -c '%t:%T' $uv &&
+	cat /sys/class/infiniband_verbs/uverbs0/dev && echo ok >/dev/shm/softrnic-view-\$\$ &&
+	echo \$\$ && echo hi >/dev/null && ls /dev/pts" 2>&1)
+rdev=$(sed -n 1p <<<"$out")
+sysdev=$(sed -n 2p <<<"$out")
+vpid=$(sed -n 3p <<<"$out")
+if [[ -z $rdev || $rdev != *:* ]]; then
+	fail "$uv is not a character device in the view: $out"
+else
+	# stat prints hex major:minor; the sysfs file decimal.
+	want=$((16#${rdev%%:*})):$((16#${rdev##*:}))
+	[[ $sysdev == "$want" ]] || fail "infiniband_verbs/uverbs0/dev '$sysdev', node $want"
+	if [[ -n $vpid && -f /dev/shm/softrnic-view-$vpid ]]; then
+		rm -f "/dev/shm/softrnic-view-$vpid"
+	else
+		fail "/dev/shm in the view is not the host's"
+	fi
+	echo "dev view: $uv $want, /dev/shm shared"
+fi
+[[ $( [[ -e /dev/infiniband ]] && echo yes || echo no) == "$host_ib" ]] ||
+	fail "the /dev view leaked to the host's /dev"
+want=$(ls -A /dev | grep -v '^infiniband$' | tr '\n' ' ')
+got=$(timeout 30 "$SOFTRNIC" run -- ls -A /dev | grep -v '^infiniband$' | tr '\n' ' ')
+[[ $got == "$want" ]] || fail "/dev differs in the view: '$got' vs '$want'"
+
 # SOFTRNIC_SYSFS=0: no view (where the host has no infiniband class).
 if [[ ! -e /sys/class/infiniband ]]; then
 	SOFTRNIC_SYSFS=0 timeout 30 "$SOFTRNIC" run -- test -e /sys/class/infiniband &&
 		fail "SOFTRNIC_SYSFS=0 still shows /sys/class/infiniband"
+	if [[ ! -e /dev/infiniband ]]; then
+		SOFTRNIC_SYSFS=0 timeout 30 "$SOFTRNIC" run -- test -e /dev/infiniband &&
+			fail "SOFTRNIC_SYSFS=0 still shows /dev/infiniband"
+	fi
 	[[ -e /sys/class/infiniband ]] && fail "the view leaked to the host's /sys"
 fi
 
 # Unprivileged: a user namespace, the caller's uid kept, no capabilities.
 if (($(id -u) == 0)) && command -v setpriv >/dev/null && [[ -r $SOFTRNIC ]]; then
 	out=$(cd / && SOFTRNIC_DEBUG=1 timeout 30 setpriv --reuid=65534 --regid=65534 \
-		--clear-groups "$SOFTRNIC" run -- sh -c "id -u; cat $dev/ports/1/gids/0" 2>&1)
+		--clear-groups "$SOFTRNIC" run -- sh -c "id -u; test -c $uv -a -w $uv && echo chr;
+		cat $dev/ports/1/gids/0" 2>&1)
 	case $out in
 	*refused*) echo "note: unprivileged view refused here: $out" ;;
-	65534*:*) echo "unprivileged: uid 65534, gids/0 $(echo "$out" | tail -1)" ;;
+	65534*chr*:*) echo "unprivileged: uid 65534, $uv, gids/0 $(echo "$out" | tail -1)" ;;
 	*) fail "unprivileged run: $out" ;;
 	esac
 fi

@@ -106,9 +106,12 @@ static NET_UNUSED void ud_check_recv(const struct ibv_wc *wc, const uint8_t *grh
 	CHECK(wc->wc_flags & IBV_WC_GRH, "%s: no IBV_WC_GRH", what);
 	CHECK(wc->qp_num == me->qp_num, "%s: qp_num %#x", what, wc->qp_num);
 	CHECK(wc->src_qp == src_qpn, "%s: src_qp %#x, want %#x", what, wc->src_qp, src_qpn);
-	CHECK(wc->pkey_index == 0 && wc->slid == 0 && wc->dlid_path_bits == 0 && wc->sl == 0,
-	      "%s: pkey_index %u slid %u path bits %u sl %u", what, wc->pkey_index, wc->slid,
-	      wc->dlid_path_bits, wc->sl);
+	CHECK(wc->pkey_index == 0 && wc->slid == 0 && wc->dlid_path_bits == 0,
+	      "%s: pkey_index %u slid %u path bits %u", what, wc->pkey_index, wc->slid,
+	      wc->dlid_path_bits);
+	/* sl: the L3 header type, as mlx5 reports it on RoCE (2 IPv4, 1 IPv6). */
+	CHECK(wc->sl == (ud_is_v4(sgid) ? 2 : 1), "%s: sl %u for an IPv%d sender", what,
+	      wc->sl, ud_is_v4(sgid) ? 4 : 6);
 	if (ud_is_v4(sgid)) {
 		const uint8_t *ip = grh + 20;
 
