@@ -2,8 +2,9 @@
  * stream, and the stream's byte I/O once it moved there. See shm.h for
  * the switch and DESIGN.md decision 23 for the layout.
  *
- * Trust: the peer is another softrnic process that we may ptrace (that is
- * what pidfd_getfd and process_vm_readv require), but it may be buggy or
+ * Trust: the peer is another softrnic process of our user, one we may
+ * usually ptrace (pidfd_getfd and process_vm_readv require it; else the
+ * descriptor server below hands the rings over), but it may be buggy or
  * hostile and its memory corrupt. Nothing it writes into the shared pages
  * is used unchecked (shm_ring.c), remote records only ever make us read
  * the peer's memory (mapped records: a memfd of the peer's that we map
@@ -23,8 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -37,7 +41,8 @@
 #endif
 
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	2	/* 2: mapped records (kind 3); a peer of
+#define SHM_VERSION	3	/* 2: mapped records (kind 3); 3: the
+				 * descriptor server (fdsrv). A peer of
 				 * another version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
@@ -77,6 +82,13 @@ struct shm_offer {
 	int32_t pid;
 	int32_t memfd, efd_offerer, efd_accepter;	/* fd numbers there */
 	uint64_t ring_size;
+	uint64_t fdsrv;			/* its descriptor server's name (0: none) */
+};
+/* What the descriptor server is asked, and answers along with the
+ * descriptors (memfd, offerer's eventfd, accepter's eventfd). */
+struct shm_fdreq {
+	uint32_t magic, version;
+	uint8_t token[16];
 };
 struct shm_accept {
 	uint32_t magic, version;
@@ -127,6 +139,14 @@ struct shm_link {
 	struct peer_map maps[SHM_MAPS];
 	uint64_t map_clock;
 	int map_last;			/* the slot hit last */
+	/* Offerer: listed in offers_t->offers until answered; who took the
+	 * descriptors from the server (the first asker only), and whether
+	 * anyone else asked. Accepter: it took them from the server. */
+	struct sr_tcp_ctx *offers_t;
+	struct sr_list offer_link;
+	_Atomic pid_t served_pid;
+	_Atomic bool served_extra;
+	bool via_fdsrv;
 };
 
 static bool shm_enabled(void)
@@ -299,10 +319,23 @@ static const void *io_map(void *arg, uint32_t fd, uint64_t ino, uint64_t off, si
 
 /* ---- the link -------------------------------------------------------------- */
 
+static void offer_unlist(struct shm_link *l)
+{
+	struct sr_tcp_ctx *t = l->offers_t;
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->offers_lock);
+	sr_list_del(&l->offer_link);
+	pthread_mutex_unlock(&t->offers_lock);
+	l->offers_t = NULL;
+}
+
 static void link_free(struct shm_link *l)
 {
 	if (!l)
 		return;
+	offer_unlist(l);	/* before its descriptors go */
 	for (int i = 0; i < SHM_MAPS; i++)
 		if (l->maps[i].base)
 			munmap((void *)l->maps[i].base, l->maps[i].size);
@@ -410,6 +443,225 @@ fail:
 	return NULL;
 }
 
+/* ---- the descriptor server ------------------------------------------------ */
+
+/* pidfd_getfd needs ptrace access to the offerer. Two programs that
+ * `softrnic run` started unprivileged live in sibling user namespaces,
+ * where the kernel refuses it (each has every capability in its own
+ * namespace, none in the other's), as it does under some ptrace policies.
+ * For them the offerer's context keeps an abstract Unix socket with a
+ * random name, told in the offer: asked with the token of a link still on
+ * offer, it sends that link's memfd and eventfds (SCM_RIGHTS), once, to a
+ * process of our uid. The asker checks the sender is the offer's pid; we
+ * check, at ACCEPT, that the accepter is who took them and that nobody
+ * else asked (the name can be listed in /proc/net/unix). Such a link
+ * cannot pull either (process_vm_readv needs the same access): payloads
+ * go inline, one copy more, still no system call per message. */
+#define FDSRV_TIMEOUT_US	200000
+
+static socklen_t fdsrv_addr(uint64_t name, struct sockaddr_un *a)
+{
+	int n;
+
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "softrnic-shm-%016llx",
+		     (unsigned long long)name);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static void sock_timeouts(int fd)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = FDSRV_TIMEOUT_US };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+static int send_fds(int c, const struct shm_fdreq *r, const int fds[3])
+{
+	union {
+		char buf[CMSG_SPACE(3 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { (void *)r, sizeof(*r) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+
+	memset(&u, 0, sizeof(u));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, 3 * sizeof(int));
+	return sendmsg(c, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*r) ? 0 : -1;
+}
+
+/* One asker: its request, then the link's descriptors if it names one on
+ * offer that nobody took yet. */
+static void fdsrv_serve(struct sr_tcp_ctx *t, int c)
+{
+	struct shm_fdreq q;
+	struct ucred cr;
+	socklen_t crl = sizeof(cr);
+	struct sr_list *pos, *tmp;
+
+	sock_timeouts(c);
+	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.uid != geteuid())
+		return;
+	if (recv(c, &q, sizeof(q), 0) != (ssize_t)sizeof(q) || q.magic != SHM_MAGIC ||
+	    q.version != SHM_VERSION)
+		return;
+	pthread_mutex_lock(&t->offers_lock);
+	sr_list_for_each_safe(pos, tmp, &t->offers) {
+		struct shm_link *l = container_of(pos, struct shm_link, offer_link);
+		int fds[3] = { l->memfd, l->efd_own, l->efd_peer };
+
+		if (memcmp(l->token, q.token, sizeof(q.token)))
+			continue;
+		if (atomic_load(&l->served_pid) || cr.pid <= 0)
+			atomic_store(&l->served_extra, true);
+		else if (!send_fds(c, &q, fds))
+			atomic_store(&l->served_pid, cr.pid);
+		break;
+	}
+	pthread_mutex_unlock(&t->offers_lock);
+}
+
+static void fdsrv_event(struct sr_pollable *p, uint32_t events)
+{
+	struct sr_tcp_ctx *t = container_of(p, struct sr_tcp_ctx, fdsrv);
+
+	(void)events;
+	for (;;) {
+		int c = accept4(p->fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (c < 0)
+			return;
+		fdsrv_serve(t, c);
+		close(c);
+	}
+}
+
+void shm_ctx_init(struct sr_tcp_ctx *t)
+{
+	pthread_mutex_init(&t->offers_lock, NULL);
+	sr_list_init(&t->offers);
+	t->fdsrv.fd = -1;
+	t->fdsrv.on_event = fdsrv_event;
+}
+
+/* The context's server, made at its first offer. tc->lock held. */
+static uint64_t fdsrv_get(struct sr_tcp_ctx *t)
+{
+	struct sockaddr_un a;
+	uint64_t name = 0;
+	socklen_t len;
+	int fd;
+
+	pthread_mutex_lock(&t->offers_lock);
+	if (t->fdsrv.fd >= 0 || t->fdsrv_failed)
+		goto out;
+	t->fdsrv_failed = true;		/* unless all goes well */
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		goto out;
+	if (getrandom(&name, sizeof(name), 0) != (ssize_t)sizeof(name) || !name) {
+		close(fd);
+		goto out;
+	}
+	len = fdsrv_addr(name, &a);
+	if (bind(fd, (struct sockaddr *)&a, len) || listen(fd, 16)) {
+		close(fd);
+		goto out;
+	}
+	t->fdsrv.fd = fd;
+	if (progress_add(t->pg, &t->fdsrv, EPOLLIN)) {
+		t->fdsrv.fd = -1;
+		close(fd);
+		goto out;
+	}
+	t->fdsrv_name = name;
+	t->fdsrv_failed = false;
+out:
+	name = t->fdsrv.fd >= 0 ? t->fdsrv_name : 0;
+	pthread_mutex_unlock(&t->offers_lock);
+	return name;
+}
+
+void shm_ctx_close(struct sr_tcp_ctx *t)
+{
+	if (t->fdsrv.fd >= 0) {
+		progress_del(t->pg, &t->fdsrv);
+		close(t->fdsrv.fd);
+		t->fdsrv.fd = -1;
+	}
+	pthread_mutex_destroy(&t->offers_lock);
+}
+
+/* Accepter: ask the offerer's server for the link's descriptors. 0, or
+ * -1 (nothing taken). */
+static int fdsrv_fetch(const struct shm_offer *o, int fds[3])
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct shm_fdreq q = { .magic = SHM_MAGIC, .version = SHM_VERSION }, r;
+	struct iovec iov = { &r, sizeof(r) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct sockaddr_un a;
+	struct cmsghdr *cm;
+	struct ucred cr;
+	socklen_t crl = sizeof(cr), len;
+	int c, got = 0, ret = -1;
+	ssize_t n;
+
+	fds[0] = fds[1] = fds[2] = -1;
+	if (!o->fdsrv)
+		return -1;
+	c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c < 0)
+		return -1;
+	sock_timeouts(c);
+	len = fdsrv_addr(o->fdsrv, &a);
+	memcpy(q.token, o->token, sizeof(q.token));
+	if (connect(c, (struct sockaddr *)&a, len) ||
+	    getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != o->pid ||
+	    send(c, &q, sizeof(q), MSG_NOSIGNAL) != (ssize_t)sizeof(q))
+		goto out;
+	memset(&u, 0, sizeof(u));
+	do
+		n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	for (cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			if (got < 3)
+				fds[got++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (n == (ssize_t)sizeof(r) && got == 3 && !(mh.msg_flags & MSG_CTRUNC) &&
+	    r.magic == SHM_MAGIC && !memcmp(r.token, o->token, sizeof(r.token)))
+		ret = 0;
+out:
+	if (ret)
+		for (int i = 0; i < got; i++) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+	close(c);
+	return ret;
+}
+
 /* Queue a control message (an ACK with an SR_ST_SHM_* status and a
  * body) ahead of what is queued (behind the message being written): the
  * switch is wherever its FPDU lands in the byte stream, and the sooner it
@@ -456,6 +708,13 @@ void shm_offer_locked(struct tcp_chan *tc, bool offerer)
 	o.efd_offerer = l->efd_own;
 	o.efd_accepter = l->efd_peer;
 	o.ring_size = SHM_RING_SIZE;
+	o.fdsrv = fdsrv_get(tc->tctx);
+	if (o.fdsrv) {
+		pthread_mutex_lock(&tc->tctx->offers_lock);
+		sr_list_add_tail(&tc->tctx->offers, &l->offer_link);
+		l->offers_t = tc->tctx;
+		pthread_mutex_unlock(&tc->tctx->offers_lock);
+	}
 	if (!ctl_queue_locked(tc, SR_ST_SHM_OFFER, &o, sizeof(o))) {
 		link_free(l);
 		return;
@@ -532,9 +791,29 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 	memfd = getfd(l->pidfd, o->memfd);
 	l->efd_peer = getfd(l->pidfd, o->efd_offerer);
 	l->efd_own = getfd(l->pidfd, o->efd_accepter);
+	if ((memfd < 0 || l->efd_peer < 0 || l->efd_own < 0) && errno == EPERM) {
+		/* no ptrace access: ask the offerer's descriptor server */
+		int fds[3];
+
+		if (memfd >= 0)
+			close(memfd);
+		if (l->efd_peer >= 0)
+			close(l->efd_peer);
+		if (l->efd_own >= 0)
+			close(l->efd_own);
+		memfd = l->efd_peer = l->efd_own = -1;
+		if (fdsrv_fetch(o, fds)) {
+			why = "pidfd_getfd not permitted (ptrace access), and the offerer's "
+			      "descriptor server did not answer";
+			goto fail;
+		}
+		memfd = fds[0];
+		l->efd_peer = fds[1];
+		l->efd_own = fds[2];
+		l->via_fdsrv = true;
+	}
 	if (memfd < 0 || l->efd_peer < 0 || l->efd_own < 0) {
-		why = errno == EPERM ? "pidfd_getfd not permitted (ptrace access)"
-				     : "pidfd_getfd failed";
+		why = "pidfd_getfd failed";
 		goto fail;
 	}
 	if (!is_eventfd(l->efd_peer) || !is_eventfd(l->efd_own)) {
@@ -558,7 +837,9 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 		why = "token mismatch";
 		goto fail;
 	}
-	if (!token_readable(l->peer_pid, o->token_addr, o->token)) {
+	/* (From the server: the sender was the offer's pid, and it sent the
+	 * token. We cannot read its memory, and will not pull.) */
+	if (!l->via_fdsrv && !token_readable(l->peer_pid, o->token_addr, o->token)) {
 		why = "process_vm_readv not permitted or wrong process";
 		goto fail;
 	}
@@ -629,7 +910,7 @@ static int on_offer(struct tcp_chan *tc, const uint8_t *body, size_t len)
 		return ok ? 0 : -ENOMEM;
 	}
 	a.pid = (int32_t)getpid();
-	a.pull_ok = 1;		/* token_readable() proved it */
+	a.pull_ok = !l->via_fdsrv;	/* token_readable() proved it */
 	a.token_addr = (uint64_t)(uintptr_t)l->token;
 	tc->shm = l;
 	/* ACCEPT is our last message on TCP: tcp_flush_locked moves our
@@ -652,6 +933,16 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	memcpy(&a, body, sizeof(a));
 	if (a.magic != SHM_MAGIC || a.version != SHM_VERSION)
 		return -EBADMSG;
+	offer_unlist(l);	/* the server hands it out no more */
+	/* Whoever took the descriptors from our server must be the accepter,
+	 * alone: another process holding our rings could write into them
+	 * as the peer. The peer has moved to the ring already: end the
+	 * stream (QP to ERROR). */
+	if (atomic_load(&l->served_extra) ||
+	    (atomic_load(&l->served_pid) && atomic_load(&l->served_pid) != a.pid)) {
+		refused(tc, "the offer was taken", "another process asked for the descriptors");
+		return -EPROTO;
+	}
 	/* The accepter pulls from us if it said it can; we from it if we
 	 * can read its copy of the token (an asymmetric ptrace policy
 	 * leaves that direction inline). */
@@ -693,6 +984,7 @@ static int on_refuse(struct tcp_chan *tc)
 	tc->shm_hold_until = 0;		/* what we held goes on TCP */
 	tx_busy_locked(tc);
 	pthread_mutex_unlock(&tc->lock);
+	offer_unlist(l);
 	refused(tc, "the peer refused", "see its debug log");
 	link_free(l);
 	tcp_kick_now(tc);

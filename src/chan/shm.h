@@ -47,6 +47,11 @@ extern struct chan_stats chan_stats;
 /* A stream that just came UP: offer shm if this end is the offerer and
  * the peer is softrnic. tc->lock held. */
 void shm_offer_locked(struct tcp_chan *tc, bool offerer);
+/* A context's descriptor server (made at its first offer, for peers that
+ * may not use pidfd_getfd on us): set up the fields, and close it. */
+struct sr_tcp_ctx;
+void shm_ctx_init(struct sr_tcp_ctx *t);
+void shm_ctx_close(struct sr_tcp_ctx *t);
 /* A control message arrived (status: SR_ST_SHM_*). rx_lock held, not
  * tc->lock. 0, or -EBADMSG: the stream is broken. */
 int shm_ctl(struct tcp_chan *tc, uint8_t status, const uint8_t *body, size_t len);

@@ -115,6 +115,7 @@ struct sr_tcp_ctx *tcp_ctx_get(struct sr_context *ctx)
 		goto out;
 	pthread_mutex_init(&t->lock, NULL);
 	sr_list_init(&t->streams);
+	shm_ctx_init(t);
 	t->ctx = ctx;
 	t->pg = progress_create();
 	if (!t->pg) {
@@ -834,6 +835,7 @@ void chan_tcp_ctx_close(struct sr_context *ctx)
 		chan_put(&tc->ch);
 	}
 	progress_del(t->pg, &t->lpl);
+	shm_ctx_close(t);
 	progress_destroy(t->pg);
 	pthread_mutex_destroy(&t->lock);
 	free(t);

@@ -56,6 +56,16 @@ struct sr_tcp_ctx {
 	/* Moves on every change a CQ's poll cache depends on: a stream
 	 * listed or unlisted, its state, closed (chan_tcp_poll). */
 	atomic_uint gen;
+	/* shm.c: the context's descriptor server, for a peer that may not
+	 * take our shm descriptors with pidfd_getfd (another user namespace:
+	 * `softrnic run` unprivileged): an abstract Unix socket, made at the
+	 * first offer, that hands an offered link's memfd and eventfds to
+	 * whoever names its token (and is checked at ACCEPT). */
+	pthread_mutex_t offers_lock;
+	struct sr_list offers;		/* shm links offered, not yet answered */
+	struct sr_pollable fdsrv;	/* fd -1: none yet */
+	uint64_t fdsrv_name;		/* random: "\0softrnic-shm-%016llx" */
+	bool fdsrv_failed;
 };
 
 struct tx_fpdu {
