@@ -29,9 +29,11 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -65,6 +67,9 @@ struct net_opts {
 	uint8_t rd_atomic;
 	int rcq_chan; /* give the receive CQ a completion channel */
 	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+	/* each side enters a user namespace of its own before it opens the
+	 * device (as `softrnic run` unprivileged does) */
+	int own_userns;
 };
 
 /* What each side tells the other. */
@@ -503,6 +508,34 @@ static NET_UNUSED void net_check_child_status(int st, const char *what)
  * parent (side A), 0 in the child, *fd the out-of-band stream to the
  * other side. The child dies with its parent and is bounded by an alarm;
  * an atexit handler kills it if A fails. */
+static NET_UNUSED void net_write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t len = (ssize_t)strlen(text);
+
+	CHECK(fd >= 0 && write(fd, text, (size_t)len) == len, "write %s: %s", path,
+	      strerror(errno));
+	close(fd);
+}
+
+/* Enter a user namespace of our own, ourselves mapped to its root (as
+ * `softrnic run` does for its sysfs view when unprivileged). Skips the
+ * subtest where the system has none to give. */
+static NET_UNUSED void net_enter_userns(void)
+{
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+	char map[64];
+
+	if (unshare(CLONE_NEWUSER))
+		SKIP("no user namespace here: %s", strerror(errno));
+	net_write_file("/proc/self/setgroups", "deny");
+	snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+	net_write_file("/proc/self/uid_map", map);
+	snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+	net_write_file("/proc/self/gid_map", map);
+}
+
 static NET_UNUSED pid_t net_fork_side(int *fd)
 {
 	static int registered;
@@ -548,6 +581,8 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 	n.o = *o;
 	if (pid == 0) {
 		n.role = NET_B;
+		if (o->own_userns)
+			net_enter_userns();
 		net_setup(&n);
 		fb(&n);
 		net_teardown(&n);
@@ -556,6 +591,8 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 	}
 	n.role = NET_A;
 	n.peer_pid = pid;
+	if (o->own_userns)
+		net_enter_userns();
 	net_setup(&n);
 	fa(&n);
 	if (n.qp)

@@ -18,6 +18,11 @@
  *   QP is in RTS, before any traffic: they wait for the switch (the
  *   offerer holds its requests until ACCEPT), so both processes' stats
  *   lines show nearly no FPDU on TCP, and the bytes arrive intact.
+ * - userns: each side in a user namespace of its own (as two programs an
+ *   unprivileged `softrnic run` starts): pidfd_getfd on the other is
+ *   refused, the offerer's descriptor server hands the rings over, and the
+ *   traffic of `used` (payloads now inline: nothing can be pulled) still
+ *   goes through shared memory, byte for byte.
  * See net_common.h for the two-process harness. */
 #include "net_common.h"
 
@@ -308,6 +313,14 @@ static void sub_used(void)
 	net_fork_run(&o, used_a, used_b);
 }
 
+static void sub_userns(void)
+{
+	struct net_opts o = shm_opts();
+
+	o.own_userns = 1;
+	net_fork_run(&o, used_a, used_b);
+}
+
 static void sub_off(void)
 {
 	struct net_opts o = shm_opts();
@@ -479,6 +492,7 @@ int main(int argc, char **argv)
 	struct subtest tests[] = {
 		{ "used", sub_used },
 		{ "off", sub_off },
+		{ "userns", sub_userns },
 		{ "corrupt", sub_corrupt },
 		{ "unmapped_in_flight", sub_unmapped },
 		{ "mapped", sub_mapped },
