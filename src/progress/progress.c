@@ -331,7 +331,9 @@ void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t del
 		progress_wake(pg);
 }
 
-void progress_timer_disarm(struct sr_progress *pg, struct sr_timer *t)
+/* Take t off the schedule; with wait, also wait out a fire() of t that
+ * another thread is running. */
+static void timer_stop(struct sr_progress *pg, struct sr_timer *t, bool wait)
 {
 	if (foreign(pg))
 		return;
@@ -340,19 +342,17 @@ void progress_timer_disarm(struct sr_progress *pg, struct sr_timer *t)
 		sr_list_del(&t->link);
 		t->armed = false;
 	}
+	while (wait && pg->running_t == t && !progress_in_thread(pg))
+		pthread_cond_wait(&pg->idle, &pg->lock);
 	pthread_mutex_unlock(&pg->lock);
+}
+
+void progress_timer_disarm(struct sr_progress *pg, struct sr_timer *t)
+{
+	timer_stop(pg, t, false);
 }
 
 void progress_timer_cancel(struct sr_progress *pg, struct sr_timer *t)
 {
-	if (foreign(pg))
-		return;
-	pthread_mutex_lock(&pg->lock);
-	if (t->armed) {
-		sr_list_del(&t->link);
-		t->armed = false;
-	}
-	while (pg->running_t == t && !progress_in_thread(pg))
-		pthread_cond_wait(&pg->idle, &pg->lock);
-	pthread_mutex_unlock(&pg->lock);
+	timer_stop(pg, t, true);
 }

@@ -22,47 +22,40 @@ CASE_TIMEOUT=20
 . "$(dirname "$0")/lib_cm.sh"
 need rdma_server rdma_client
 
-for round in 1 2; do
-	name=round$round
+# pair NAME SERVER CLIENT ARGS...: SERVER's and CLIENT's own arguments
+# come from the caller's sargs/cargs; both must exit 0 and print
+# "PROG: end 0".
+pair() {
+	local name=$1 srv=$2 cli=$3 t0 ok=1
 	t0=$(date +%s%N)
-	serve "$name" rdma_server -s 127.0.0.1 -p @PORT@ || continue
-	client "$name" rdma_client -s 127.0.0.1 -p @PORT@
+	serve "$name" "$srv" "${sargs[@]}" || return
+	client "$name" "$cli" "${cargs[@]}"
 	reap
-	ok=1
-	status_ok "$name" "rdma_client" "$crc" || ok=0
-	status_ok "$name" "rdma_server" "$src" || ok=0
-	grep -qx 'rdma_server: end 0' "$tmp/$name.srv" ||
-		{ fail "$name: rdma_server did not print 'rdma_server: end 0'"; ok=0; }
-	grep -qx 'rdma_client: end 0' "$tmp/$name.cli" ||
-		{ fail "$name: rdma_client did not print 'rdma_client: end 0'"; ok=0; }
+	status_ok "$name" "$cli" "$crc" || ok=0
+	status_ok "$name" "$srv" "$src" || ok=0
+	grep -qx "$srv: end 0" "$tmp/$name.srv" ||
+		{ fail "$name: $srv did not print '$srv: end 0'"; ok=0; }
+	grep -qx "$cli: end 0" "$tmp/$name.cli" ||
+		{ fail "$name: $cli did not print '$cli: end 0'"; ok=0; }
 	if ((ok)); then
-		printf 'ok: %-8s rdma_server / rdma_client %6d ms\n' "$name" \
+		printf 'ok: %-8s %s / %s %s %6d ms\n' "$name" "$srv" "$cli" "${cargs[*]}" \
 			$((($(date +%s%N) - t0) / 1000000))
 	else
 		showall "$name"
 	fi
+}
+
+sargs=(-s 127.0.0.1 -p @PORT@)
+cargs=(-s 127.0.0.1 -p @PORT@)
+for round in 1 2; do
+	pair round$round rdma_server rdma_client
 done
 
 if command -v rdma_xserver >/dev/null && command -v rdma_xclient >/dev/null; then
 	for c in r x; do
-		name=xrc_$c
-		t0=$(date +%s%N)
-		serve "$name" rdma_xserver -p @PORT@ -c "$c" || continue
-		client "$name" rdma_xclient -s 127.0.0.1 -p @PORT@ -c "$c"
-		reap
-		ok=1
-		status_ok "$name" "rdma_xclient" "$crc" || ok=0
-		status_ok "$name" "rdma_xserver" "$src" || ok=0
-		grep -qx 'rdma_xserver: end 0' "$tmp/$name.srv" ||
-			{ fail "$name: rdma_xserver did not print 'rdma_xserver: end 0'"; ok=0; }
-		grep -qx 'rdma_xclient: end 0' "$tmp/$name.cli" ||
-			{ fail "$name: rdma_xclient did not print 'rdma_xclient: end 0'"; ok=0; }
-		if ((ok)); then
-			printf 'ok: %-8s rdma_xserver / rdma_xclient -c %s %6d ms\n' "$name" "$c" \
-				$((($(date +%s%N) - t0) / 1000000))
-		else
-			showall "$name"
-		fi
+		sargs=(-p @PORT@ -c "$c")
+		cargs=(-s 127.0.0.1 -p @PORT@ -c "$c")
+		pair xrc_$c rdma_xserver rdma_xclient
 	done
 fi
 

@@ -1,0 +1,131 @@
+/* Private to the same-host channel (shm.c: the link and its I/O;
+ * shm_setup.c: offering, accepting, the descriptor server): the shared
+ * page's layout, the setup messages and the link. See shm.h. */
+#ifndef SOFTRNIC_SHM_PRIV_H
+#define SOFTRNIC_SHM_PRIV_H
+
+#include "chan/shm.h"
+#include "chan/shm_ring.h"
+#include "chan/tcp_priv.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SHM_MAGIC	0x53524d53U	/* "SRMS" */
+#define SHM_VERSION	3	/* 2: mapped records (kind 3); 3: the
+				 * descriptor server (fdsrv). A peer of
+				 * another version refuses the offer */
+#define SHM_HDR_SIZE	4096ULL
+#define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
+					 * pulled, so the rings hold headers
+					 * and small messages */
+/* Payload pieces from this size on are pulled by the peer, not copied
+ * into the ring: one process_vm_readv costs about what a 16 KiB memcpy
+ * does, and saves a copy. */
+#define SHM_PULL_MIN	(16U * 1024U)
+/* Remote records of ours whose outcome we track (more in flight: the
+ * extra ones go untracked, and a fault there is not reported). */
+#define SHM_PEND	1024
+/* The peer's memfds we keep mapped (mapped records), and how long one we
+ * could not map is not tried again. */
+#define SHM_MAPS	16
+#define SHM_MAP_RETRY_NS	(100ULL * 1000 * 1000)
+
+/* The first page of the memfd. ctl[0] is the offerer-to-accepter ring,
+ * ctl[1] the other; ring i's data is at SHM_HDR_SIZE + i * ring_size. */
+struct shm_hdr {
+	uint32_t magic, version;
+	uint64_t ring_size;
+	uint8_t token[16];
+	uint8_t pad[32];
+	struct shm_ring_ctl ctl[2];
+};
+_Static_assert(sizeof(struct shm_hdr) <= SHM_HDR_SIZE, "shm header fits its page");
+
+/* OFFER, ACCEPT and SWITCH bodies (host byte order: one host). */
+struct shm_offer {
+	uint32_t magic, version;
+	uint8_t boot_id[16];		/* proves: the same host (boot) */
+	uint8_t token[16];		/* in the memfd and at token_addr */
+	uint64_t token_addr;		/* in the offerer's memory */
+	int32_t pid;
+	int32_t memfd, efd_offerer, efd_accepter;	/* fd numbers there */
+	uint64_t ring_size;
+	uint64_t fdsrv;			/* its descriptor server's name (0: none) */
+};
+/* What the descriptor server is asked, and answers along with the
+ * descriptors (memfd, offerer's eventfd, accepter's eventfd). */
+struct shm_fdreq {
+	uint32_t magic, version;
+	uint8_t token[16];
+};
+struct shm_accept {
+	uint32_t magic, version;
+	int32_t pid;
+	uint32_t pull_ok;		/* the accepter can read the offerer */
+	uint64_t token_addr;		/* the token, in the accepter's memory */
+};
+struct shm_switch {
+	uint32_t magic, version;
+	uint32_t pull_ok;		/* the offerer can read the accepter */
+	uint32_t pad;
+};
+
+/* A memfd of the peer's, mapped read-only (base), or, with base NULL, one
+ * we failed to map (not tried again before retry). Key: (fd, ino). */
+struct peer_map {
+	uint32_t fd;
+	uint64_t ino;
+	const uint8_t *base;
+	uint64_t size;
+	uint64_t used;			/* LRU clock; 0: the slot is free */
+	uint64_t retry;			/* CLOCK_MONOTONIC ns */
+};
+
+struct shm_link {
+	void *map;
+	size_t map_len;
+	int memfd;			/* the offerer's (-1 at the accepter) */
+	int efd_own;			/* ours: watched by our progress thread */
+	int efd_peer;			/* the peer's: written to wake it */
+	int pidfd;			/* the peer, once known */
+	pid_t peer_pid;
+	bool offerer, watched;
+	uint8_t token[16];		/* its address goes to the peer */
+	struct shm_ring tx, rx;
+	struct shm_ring_io io;
+	/* Our remote records of SENDs and WRITEs not yet released, oldest
+	 * first: one the peer read as zeros fails its WQE (tc->lock). */
+	struct { uint64_t pos; uint32_t msn; } pend[SHM_PEND];
+	uint32_t pend_head, pend_tail;
+	/* ever wrote a remote record: set before the record is published,
+	 * so whoever reads an answer to it sees this set */
+	_Atomic bool pulls_sent;
+	/* why the rings are unusable (set by either side's lock holder,
+	 * read by the other) */
+	const char *_Atomic broken;
+	/* The consumer's mappings of the peer's memfds (rx_lock). */
+	struct peer_map maps[SHM_MAPS];
+	uint64_t map_clock;
+	int map_last;			/* the slot hit last */
+	/* Offerer: listed in offers_t->offers until answered; who took the
+	 * descriptors from the server (the first asker only), and whether
+	 * anyone else asked. Accepter: it took them from the server. */
+	struct sr_tcp_ctx *offers_t;
+	struct sr_list offer_link;
+	_Atomic pid_t served_pid;
+	_Atomic bool served_extra;
+	bool via_fdsrv;
+};
+
+/* shm.c */
+bool shm_enabled(void);
+struct shm_link *shm_link_alloc(void);
+void shm_link_free(struct shm_link *l);
+void shm_link_rings(struct shm_link *l, int tx, int rx, uint64_t ring_size);
+/* Off the offerer's list of links on offer (the descriptor server's). */
+void shm_offer_unlist(struct shm_link *l);
+
+#endif
