@@ -60,8 +60,11 @@ static struct shm_link *link_create(void)
 		return NULL;
 	l->offerer = true;
 	l->map_len = SHM_HDR_SIZE + 2 * SHM_RING_SIZE;
-	l->memfd = memfd_create("softrnic-shm", MFD_CLOEXEC);
-	if (l->memfd < 0 || ftruncate(l->memfd, (off_t)l->map_len))
+	/* Sealed at its size: a peer (or anyone it hands the memfd to) that
+	 * could shrink it would make our next touch of the rings SIGBUS. */
+	l->memfd = memfd_create("softrnic-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (l->memfd < 0 || ftruncate(l->memfd, (off_t)l->map_len) ||
+	    fcntl(l->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
 		goto fail;
 	l->map = mmap(NULL, l->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, l->memfd, 0);
 	if (l->map == MAP_FAILED) {
@@ -418,7 +421,7 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 	uint8_t boot[16];
 	struct stat st;
 	const char *why = NULL;
-	int memfd = -1;
+	int memfd = -1, seals;
 
 	if (o->magic != SHM_MAGIC || o->version != SHM_VERSION)
 		return "unknown offer version";
@@ -471,6 +474,12 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 	l->map_len = SHM_HDR_SIZE + 2 * o->ring_size;
 	if (fstat(memfd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != l->map_len) {
 		why = "memfd of the wrong size";
+		goto fail;
+	}
+	/* ... and one that can never shrink under our mapping (SIGBUS) */
+	seals = fcntl(memfd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		why = "memfd not sealed against shrinking";
 		goto fail;
 	}
 	l->map = mmap(NULL, l->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);

@@ -23,6 +23,8 @@
  *   refused, the offerer's descriptor server hands the rings over, and the
  *   traffic of `used` (payloads now inline: nothing can be pulled) still
  *   goes through shared memory, byte for byte.
+ * - shrink: neither side can shrink the rings' memfd (sealed), which
+ *   would make the other SIGBUS.
  * See net_common.h for the two-process harness. */
 #include "net_common.h"
 
@@ -321,6 +323,54 @@ static void sub_userns(void)
 	net_fork_run(&o, used_a, used_b);
 }
 
+/* The rings cannot be shrunk by either side: a shrunk memfd would make
+ * the other's next touch of its mapping SIGBUS. Each side tries on the
+ * descriptor it holds (the offerer keeps one) or on its mapping
+ * (/proc/self/map_files, CAP_SYS_ADMIN), then both still talk. */
+static void try_shrink(struct net_end *n)
+{
+	uint8_t *base = NULL;
+	size_t len;
+	char path[128], link[256];
+	int fd = -1;
+
+	ping(n, 1);
+	len = shm_mapping(&base);
+	CHECK(len, "the rings are not mapped");
+	for (int i = 3; i < 1024 && fd < 0; i++) {
+		ssize_t k;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", i);
+		k = readlink(path, link, sizeof(link) - 1);
+		if (k > 0) {
+			link[k] = 0;
+			if (strstr(link, "memfd:softrnic-shm"))
+				fd = open(path, O_RDWR | O_CLOEXEC);
+		}
+	}
+	if (fd < 0) {
+		snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx",
+			 (unsigned long)(uintptr_t)base, (unsigned long)(uintptr_t)(base + len));
+		fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (fd >= 0) {
+		CHECK(ftruncate(fd, 4096) != 0 && errno == EPERM,
+		      "the shared rings' memfd could be shrunk (%s)", strerror(errno));
+		close(fd);
+	} else {
+		NOTE("no descriptor of the rings to try (%s)", strerror(errno));
+	}
+	net_sync(n, T_DONE);
+	ping(n, 2);
+}
+
+static void sub_shrink(void)
+{
+	struct net_opts o = shm_opts();
+
+	net_fork_run(&o, try_shrink, try_shrink);
+}
+
 static void sub_off(void)
 {
 	struct net_opts o = shm_opts();
@@ -493,6 +543,7 @@ int main(int argc, char **argv)
 		{ "used", sub_used },
 		{ "off", sub_off },
 		{ "userns", sub_userns },
+		{ "shrink", sub_shrink },
 		{ "corrupt", sub_corrupt },
 		{ "unmapped_in_flight", sub_unmapped },
 		{ "mapped", sub_mapped },
