@@ -817,6 +817,10 @@ void chan_tcp_ctx_close(struct sr_context *ctx)
 
 	if (!t)
 		return;
+	/* No new stream first: one the listener accepted after the loop
+	 * below had looked would be left behind (ASan: test_xrc tcp_no_ext
+	 * leaked the stream of a peer that dialed as the context closed). */
+	progress_del(t->pg, &t->lpl);
 	/* Unmatched streams die with the context; streams still attached to
 	 * QPs the program did not destroy are shut with it. */
 	for (;;) {
@@ -834,7 +838,6 @@ void chan_tcp_ctx_close(struct sr_context *ctx)
 		tcp_unlist(tc);
 		chan_put(&tc->ch);
 	}
-	progress_del(t->pg, &t->lpl);
 	shm_ctx_close(t);
 	progress_destroy(t->pg);
 	pthread_mutex_destroy(&t->lock);

@@ -237,7 +237,7 @@ static bool accept_try(struct tcp_chan *tc)
 {
 	struct sr_hello h = { .version = 1, .src_qpn = tc->peer_qpn, .dst_qpn = tc->local_qpn };
 	struct sr_qp *qp;
-	bool wait;
+	bool wait, attached;
 
 	qp = match_qp(tc->tctx, &h, &wait);
 	if (!qp) {
@@ -264,9 +264,27 @@ static bool accept_try(struct tcp_chan *tc)
 	tc->qp = qp;
 	chan_get(&tc->ch);			/* the QP's reference */
 	pthread_mutex_unlock(&tc->lock);
+	/* Checked again where it counts: the program may be destroying the
+	 * QP right now (qp_destroy marks it dying under its lock before it
+	 * looks for a channel to close). A stream attached after that look
+	 * would hold the QP's reference for ever (a leak ASan found in
+	 * test_xrc tcp_no_ext, 1 run in 10) and point at a freed QP. */
 	pthread_mutex_lock(&qp->lock);
-	qp->chan = &tc->ch;
+	attached = !qp->dying && !qp->chan && qp->state >= IBV_QPS_RTR &&
+		   qp->state <= IBV_QPS_SQE;
+	if (attached)
+		qp->chan = &tc->ch;
 	pthread_mutex_unlock(&qp->lock);
+	if (!attached) {
+		pthread_mutex_lock(&tc->lock);
+		tc->qp = NULL;
+		pthread_mutex_unlock(&tc->lock);
+		chan_put(&tc->ch);		/* never given to the QP */
+		qp_put(qp);
+		tcp_fail(tc, "the QP went away while the stream was accepted");
+		pthread_mutex_lock(&tc->lock);
+		return false;
+	}
 	pthread_mutex_lock(&tc->lock);
 	/* Unless shut meanwhile (the QP destroyed as soon as it had the
 	 * stream): a DEAD stream stays dead. */

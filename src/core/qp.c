@@ -297,6 +297,11 @@ int qp_destroy(struct sr_qp *qp)
 	qp->dying = true;
 	ctx->qps[qp->slot] = NULL;
 	pthread_mutex_unlock(&ctx->lock);
+	/* ... and under its own lock, before qp_unlink looks for a channel:
+	 * a stream attaching checks it there (tcp_setup.c accept_try). */
+	pthread_mutex_lock(&qp->lock);
+	qp->dying = true;
+	pthread_mutex_unlock(&qp->lock);
 	if (qp->xdom)
 		xdom_del_tgt(qp->xdom, qp);	/* before the refs drain below */
 
