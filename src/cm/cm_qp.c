@@ -279,7 +279,9 @@ SR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
 	ret = rdma_create_qp_ex(id, &a);
 	if (ret)
 		return ret;
-	qp_init_attr->cap = a.cap;
+	/* All of it back, as rdma-core does: the CQs and SRQ the CM filled
+	 * in, and the QP's actual capabilities. */
+	memcpy(qp_init_attr, &a, sizeof(*qp_init_attr));
 	return 0;
 }
 

@@ -291,6 +291,9 @@ static CM_UNUSED void cm_create_qp(struct rdma_cm_id *id, const char *what)
 	      "%s: CQ channels not set", what);
 	CHECK(id->qp->send_cq == id->send_cq && id->qp->recv_cq == id->recv_cq,
 	      "%s: the QP's CQs are not id->send_cq/recv_cq", what);
+	CHECK(a.send_cq == id->send_cq && a.recv_cq == id->recv_cq,
+	      "%s: rdma_create_qp did not report the CQs it made in its attr",
+	      what);
 	CHECK(id->send_cq->cq_context == id && id->recv_cq->cq_context == id,
 	      "%s: auto-created CQ's cq_context is not the id", what);
 	CHECK(id->qp->qp_type == IBV_QPT_RC, "%s: qp_type %d", what,
