@@ -1138,6 +1138,12 @@ static void ep_client(struct cm_side *s)
 	CHECK(rdma_dereg_mr(omr) == 0 && rdma_dereg_mr(mr) == 0, "dereg");
 	rdma_destroy_ep(id);
 
+	/* rdma_create_ep filled the attr in with the CQs it made (as
+	 * rdma-core does); they went with the ep: a fresh attr, as a
+	 * program written for rdma-core must pass. */
+	CHECK(attr.send_cq && attr.recv_cq, "rdma_create_ep did not report its CQs in the attr");
+	attr = cm_qp_attr();
+	attr.sq_sig_all = 1;
 	CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0,
 	      "rdma_create_ep 2: %s", strerror(errno));
 	errno = 0;
