@@ -101,19 +101,8 @@ static int cover(const char *dir, char *const *skip, size_t nskip)
 	struct view_names ents;
 	int old, ret = -1;
 
-	if (view_isolate(dir))
+	if (view_cover("dev view", dir, skip, nskip, DEV_FSNAME, DEV_MNT_FLAGS, &ents, &old))
 		return -1;
-	if (view_list(dir, skip, nskip, &ents)) {
-		say(1, "cannot list %s: %s", dir, strerror(errno));
-		return -1;
-	}
-	old = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (old < 0)
-		goto free_ents;
-	if (mount(DEV_FSNAME, dir, "tmpfs", DEV_MNT_FLAGS, "mode=0755,size=1m")) {
-		say(1, "mount tmpfs on %s: %s", dir, strerror(errno));
-		goto close_old;
-	}
 	for (size_t i = 0; i < ents.n; i++) {
 		if (restore_entry(old, dir, ents.v[i])) {
 			say(1, "cannot put %s/%s back over the tmpfs: %s", dir, ents.v[i],
@@ -125,7 +114,6 @@ static int cover(const char *dir, char *const *skip, size_t nskip)
 	ret = 0;
 close_old:
 	close(old);
-free_ents:
 	view_names_free(&ents);
 	return ret;
 }

@@ -532,15 +532,9 @@ static int build_view(const char *libdir)
 	struct view_names classes;
 	int old, ret = -1;
 
-	if (view_isolate(CLASS_DIR) || view_list(CLASS_DIR, ours, 2, &classes))
+	if (view_cover("sysfs view", CLASS_DIR, ours, 2, VIEW_FSNAME, VIEW_MNT_FLAGS, &classes,
+		       &old))
 		return -1;
-	old = open(CLASS_DIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (old < 0)
-		goto free_names;
-	if (mount(VIEW_FSNAME, CLASS_DIR, "tmpfs", VIEW_MNT_FLAGS, "mode=0755,size=1m")) {
-		say(1, "mount tmpfs on %s: %s", CLASS_DIR, strerror(errno));
-		goto close_old;
-	}
 	if (generate(libdir, CLASS_DIR) || bind_classes(old, &classes))
 		goto undo;
 	add_dev_nodes();	/* before read-only: it writes uverbsN/dev */
@@ -555,7 +549,6 @@ undo:
 	umount2(CLASS_DIR, MNT_DETACH);	/* the real /sys/class again */
 close_old:
 	close(old);
-free_names:
 	view_names_free(&classes);
 	return ret;
 }

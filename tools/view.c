@@ -3,12 +3,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <unistd.h>
 
 int view_debug_level(void)
 {
@@ -110,4 +112,27 @@ int view_list(const char *dir, char *const *skip, size_t nskip, struct view_name
 	}
 	closedir(d);
 	return 0;
+}
+
+int view_cover(const char *view, const char *dir, char *const *skip, size_t nskip,
+	       const char *fsname, unsigned long flags, struct view_names *names, int *old)
+{
+	if (view_isolate(dir))
+		return -1;
+	if (view_list(dir, skip, nskip, names)) {
+		view_say(view, 1, "cannot list %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	*old = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (*old < 0)
+		goto free_names;
+	if (mount(fsname, dir, "tmpfs", flags, "mode=0755,size=1m")) {
+		view_say(view, 1, "mount tmpfs on %s: %s", dir, strerror(errno));
+		close(*old);
+		goto free_names;
+	}
+	return 0;
+free_names:
+	view_names_free(names);
+	return -1;
 }

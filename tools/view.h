@@ -33,4 +33,15 @@ void view_names_free(struct view_names *s);
  */
 int view_isolate(const char *path);
 
+/*
+ * The start both views share: isolate dir (view_isolate), list what it
+ * holds but the skip names into *names, open it (O_PATH) as *old, and
+ * mount a tmpfs named fsname (flags: MS_* bits) over it. 0, or -1 with
+ * dir as it was and nothing to free; the caller then fills the tmpfs,
+ * and on its own failure unmounts it (umount2 MNT_DETACH). Either way
+ * it closes *old and frees *names when done. view: for messages.
+ */
+int view_cover(const char *view, const char *dir, char *const *skip, size_t nskip,
+	       const char *fsname, unsigned long flags, struct view_names *names, int *old);
+
 #endif

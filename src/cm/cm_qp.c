@@ -176,6 +176,24 @@ static int create_cq(struct rdma_cm_id *id, uint32_t cqe, struct ibv_comp_channe
 	return 0;
 }
 
+/* A QP's CQ the attr does not name: the id's, made first if it has none
+ * (*made then says so, for the error path). */
+static int id_cq(struct rdma_cm_id *id, uint32_t cqe, struct ibv_cq **want,
+		 struct ibv_comp_channel **ch, struct ibv_cq **cq, bool *made)
+{
+	if (*want)
+		return 0;
+	if (!*cq) {
+		int ret = create_cq(id, cqe, ch, cq);
+
+		if (ret)
+			return ret;
+		*made = true;
+	}
+	*want = *cq;
+	return 0;
+}
+
 static bool cm_connected_type(enum ibv_qp_type t)
 {
 	return t == IBV_QPT_RC || t == IBV_QPT_UC || t == IBV_QPT_XRC_SEND ||
@@ -219,26 +237,13 @@ SR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	}
 	if (id->srq && !attr->srq)
 		attr->srq = id->srq;
-	if (!attr->recv_cq) {
-		if (!id->recv_cq) {
-			ret = create_cq(id, attr->cap.max_recv_wr, &id->recv_cq_channel,
-					&id->recv_cq);
-			if (ret)
-				goto err_cq;
-			made_recv = true;
-		}
-		attr->recv_cq = id->recv_cq;
-	}
-	if (!attr->send_cq) {
-		if (!id->send_cq) {
-			ret = create_cq(id, attr->cap.max_send_wr, &id->send_cq_channel,
-					&id->send_cq);
-			if (ret)
-				goto err_cq;
-			made_send = true;
-		}
-		attr->send_cq = id->send_cq;
-	}
+	ret = id_cq(id, attr->cap.max_recv_wr, &attr->recv_cq, &id->recv_cq_channel,
+		    &id->recv_cq, &made_recv);
+	if (!ret)
+		ret = id_cq(id, attr->cap.max_send_wr, &attr->send_cq, &id->send_cq_channel,
+			    &id->send_cq, &made_send);
+	if (ret)
+		goto err_cq;
 	qp = ibv_create_qp_ex(id->verbs, attr);
 	if (!qp) {
 		ret = -errno;
