@@ -119,16 +119,21 @@ static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *ad
 ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
 		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes)
 {
-	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
-	uint64_t pos = r->pos, used = pos - head, free;
+	uint64_t pos = r->pos, head = r->seen_head, used, free;
 	size_t written = 0, off = 0, loc_at = 0;
 	int i = 0, noted = 0, maxnotes = notes ? *nnotes : 0, loc_piece = -1;
 	bool fault = false, mapped = false;
 	struct shm_ring_loc loc = { 0 };
 
+	/* (what we saw is never ahead of the truth: free space is only
+	 * underestimated, and with half the ring free a record fits) */
+	if (pos - head > r->size / 2)
+		head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+	used = pos - head;
 	/* the consumer cannot have released what was never published */
 	if (used > r->size)
 		return -EPROTO;
+	r->seen_head = head;
 	free = r->size - used;
 	while (i < n && !fault) {
 		uint64_t cap, len = 0, start = pos;

@@ -102,6 +102,12 @@ struct shm_ring {
 	uint8_t *data;
 	uint64_t size;			/* power of two, multiple of 8 */
 	uint64_t pos;			/* producer: tail; consumer: head (ours) */
+	/* producer: the consumer's head as we last read it. Read again
+	 * only when that leaves less than half the ring free: the consumer
+	 * writes it after every record, and reading it on every write cost
+	 * a cache line moved between the two processes' cores per
+	 * message, on the sender's critical path. */
+	uint64_t seen_head;
 	/* consumer: the record being read */
 	bool rec;
 	uint32_t rec_kind, rec_len, rec_off;

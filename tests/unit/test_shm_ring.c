@@ -650,8 +650,17 @@ static void corrupt_indices(void **state)
 		atomic_store(&f->ctl.tail, 16);
 		assert_int_equal(get1(f, out, sizeof(out)), -EPROTO);
 	}
-	/* the producer: a head the consumer cannot have written */
-	atomic_store(&f->ctl.head, 64);
+	/* the producer: a head the consumer cannot have written, found
+	 * when the producer next reads it (it needs room: less than half
+	 * the ring is free by what it saw) */
+	static uint8_t big[RING / 2];
+	atomic_store(&f->ctl.tail, 0);
+	atomic_store(&f->ctl.head, 0);
+	shm_ring_init(&f->tx, &f->ctl, f->data, RING);
+	assert_int_equal(put1(f, big, sizeof(big), SHM_OWN), sizeof(big));
+	atomic_store(&f->ctl.head, RING / 2 + 64);	/* ahead of the tail */
+	assert_int_equal(put1(f, "x", 1, SHM_OWN), -EPROTO);
+	atomic_store(&f->ctl.head, (uint64_t)-RING);	/* behind by more than the ring */
 	assert_int_equal(put1(f, "x", 1, SHM_OWN), -EPROTO);
 }
 
