@@ -451,7 +451,7 @@ bool shm_rx_idle_at(const struct tcp_chan *tc, uint64_t mark)
 {
 	const struct shm_link *l = tc->shm;
 
-	return atomic_load_explicit(&l->rx.ctl->tail, memory_order_relaxed) == mark &&
+	return shm_ring_empty_at(&l->rx, mark) &&
 	       !atomic_load_explicit(&tc->shm_eof, memory_order_acquire) && !l->broken;
 }
 

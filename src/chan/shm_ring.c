@@ -76,11 +76,24 @@ static int ring_out(const struct shm_ring *r, uint64_t pos, uint8_t *dst, size_t
 	return 0;
 }
 
-static void put_hdr(struct shm_ring *r, uint64_t pos, uint32_t kind, uint32_t len)
+/* The header word of the record at pos (8-aligned: never wraps). */
+static uint64_t *hdr_word(const struct shm_ring *r, uint64_t pos)
+{
+	return (uint64_t *)(void *)(r->data + (pos & (r->size - 1)));
+}
+
+/* Publish the record at pos, whose body is written and which ends at
+ * end: first clear the header word after it (where the next record will
+ * start: the consumer must find nothing there until that one is
+ * published), then store this header, with release, last. */
+static void put_hdr(struct shm_ring *r, uint64_t pos, uint32_t kind, uint32_t len, uint64_t end)
 {
 	uint32_t h[2] = { kind, len };
+	uint64_t w;
 
-	ring_in(r, pos, (const uint8_t *)h, sizeof(h), NULL);
+	memcpy(&w, h, sizeof(w));
+	__atomic_store_n(hdr_word(r, end), 0, __ATOMIC_RELAXED);
+	__atomic_store_n(hdr_word(r, pos), w, __ATOMIC_RELEASE);
 }
 
 /* ---- producer ------------------------------------------------------------ */
@@ -107,12 +120,12 @@ static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *ad
 			.addr = a, .fd = loc->fd, .ino = loc->ino, .off = loc->off,
 		};
 
-		put_hdr(r, pos, SHM_REC_MAPPED, len);
 		ring_in(r, pos + SHM_REC_HDR, (const uint8_t *)&b, sizeof(b), NULL);
+		put_hdr(r, pos, SHM_REC_MAPPED, len, pos + MAPPED_SIZE);
 		return MAPPED_SIZE;
 	}
-	put_hdr(r, pos, SHM_REC_REMOTE, len);
 	ring_in(r, pos + SHM_REC_HDR, (const uint8_t *)&a, sizeof(a), NULL);
+	put_hdr(r, pos, SHM_REC_REMOTE, len, pos + REMOTE_SIZE);
 	return REMOTE_SIZE;
 }
 
@@ -134,7 +147,8 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 	if (used > r->size)
 		return -EPROTO;
 	r->seen_head = head;
-	free = r->size - used;
+	/* (the header word after the last record is cleared too) */
+	free = r->size - used < SHM_REC_HDR ? 0 : r->size - used - SHM_REC_HDR;
 	while (i < n && !fault) {
 		uint64_t cap, len = 0, start = pos;
 
@@ -196,8 +210,8 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 		}
 		if (!len)
 			break;
-		put_hdr(r, start, SHM_REC_INLINE, (uint32_t)len);
 		pos = start + SHM_REC_HDR + pad8(len);
+		put_hdr(r, start, SHM_REC_INLINE, (uint32_t)len, pos);
 		free -= SHM_REC_HDR + pad8(len);
 		written += len;
 	}
@@ -231,17 +245,16 @@ uint64_t shm_ring_released(const struct shm_ring *r)
 
 /* Read and check the next record's header. 1: r->rec is set up, 0: the
  * ring is empty, -EPROTO. */
-static int next_record(struct shm_ring *r, uint64_t tail)
+static int next_record(struct shm_ring *r)
 {
-	uint64_t avail = tail - r->pos, size;
+	/* A header is published last, over a word that was zero (put_hdr):
+	 * once it reads non-zero, the record is all there. */
+	uint64_t w = __atomic_load_n(hdr_word(r, r->pos), __ATOMIC_ACQUIRE), size;
 	uint32_t h[2];
 
-	if (!avail)
+	if (!w)
 		return 0;
-	/* records are published whole */
-	if (avail < SHM_REC_HDR)
-		return -EPROTO;
-	ring_out(r, r->pos, (uint8_t *)h, sizeof(h), NULL);
+	memcpy(h, &w, sizeof(h));
 	if (h[1] == 0 || h[1] > SHM_REC_MAX)
 		return -EPROTO;
 	if (h[0] == SHM_REC_INLINE)
@@ -251,8 +264,6 @@ static int next_record(struct shm_ring *r, uint64_t tail)
 	else if (h[0] == SHM_REC_MAPPED)
 		size = MAPPED_SIZE;
 	else
-		return -EPROTO;
-	if (size > avail)
 		return -EPROTO;
 	r->rec_addr = 0;
 	r->rec_fd = 0;
@@ -445,21 +456,18 @@ static ssize_t read_piece(struct shm_ring *r, const struct iovec *iov, int n, in
 ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool app,
 		      const struct shm_ring_io *io)
 {
-	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
 	size_t want = 0, got = 0, doff = 0;
 	bool released = false, mapped;
 	int di = 0;
 	ssize_t ret = 0;
 
-	if (tail - r->pos > r->size)
-		return -EPROTO;
 	for (int j = 0; j < n; j++)
 		want += iov[j].iov_len;
 	while (got < want) {
 		ssize_t k;
 
 		if (!r->rec) {
-			int e = next_record(r, tail);
+			int e = next_record(r);
 
 			if (e <= 0) {
 				ret = e;
@@ -508,9 +516,10 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 
 int shm_ring_pending(struct shm_ring *r)
 {
-	uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
+	return r->rec || !shm_ring_empty_at(r, r->pos);
+}
 
-	if (tail - r->pos > r->size)
-		return -EPROTO;
-	return r->rec || tail != r->pos;
+bool shm_ring_empty_at(const struct shm_ring *r, uint64_t pos)
+{
+	return !__atomic_load_n(hdr_word(r, pos & ~7ULL), __ATOMIC_ACQUIRE);
 }

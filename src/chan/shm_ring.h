@@ -14,8 +14,20 @@
  * one host), then for kind 0 (inline) len bytes padded to 8, for kind 1
  * (remote) one u64 address, for kind 3 (mapped) {u64 address, u32 fd,
  * u32 pad (0), u64 inode, u64 offset} (32 bytes). Records start 8-aligned
- * and may wrap. Indices are free-running u64 byte counts; the producer
- * publishes tail and the consumer head, each with a release store.
+ * and may wrap (a header never does). Indices are free-running u64 byte
+ * counts.
+ *
+ * Publishing: the producer writes a record's body, then zeroes the header
+ * word right after it (where the next record will start), then stores the
+ * record's header word with release. The consumer polls the header word
+ * at its position: zero is "nothing yet", anything else is a whole
+ * record. So a message costs the consumer one cache line from the
+ * producer's core (header and a small body together), not two (a tail
+ * index, then the record). The producer keeps one word free beyond what
+ * it writes for that zero. It also publishes tail (bytes written), read
+ * only when it sleeps (see rx_sleep); the consumer publishes head (bytes
+ * released), which the producer reads when it needs room. Both with a
+ * release store.
  *
  * Nothing read from shared memory is trusted: the peer may write any
  * value at any time. Every index, kind and length is read once into a
@@ -172,5 +184,8 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 
 /* Consumer: is anything unread? (-EPROTO: corrupt) */
 int shm_ring_pending(struct shm_ring *r);
+/* Consumer: is no record published at stream position pos (where the
+ * next record will start)? A lock-free look at the one header word. */
+bool shm_ring_empty_at(const struct shm_ring *r, uint64_t pos);
 
 #endif

@@ -2,8 +2,9 @@
  * (src/chan/shm_ring.c); tests/fuzz/run.sh builds and runs it.
  *
  * The input is what a hostile peer controls: the first 16 bytes are the
- * shared tail and head, the next two bytes the sizes of the reads, the
- * rest the ring's bytes. The consumer reads until it stops: every read
+ * shared tail (here: where the producer part starts) and head, the next
+ * two bytes the sizes of the reads, the rest the ring's bytes, header
+ * words included (the consumer goes by those). The consumer reads until it stops: every read
  * returns at most what was asked for, or -EPROTO/-EIO, and never
  * touches memory outside the ring and its own buffer (ASan); a remote
  * record's address is handed to the pull callback, which here refuses
