@@ -134,7 +134,7 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 {
 	uint64_t pos = r->pos, head = r->seen_head, used, free;
 	size_t written = 0, off = 0, loc_at = 0;
-	int i = 0, noted = 0, maxnotes = notes ? *nnotes : 0, loc_piece = -1;
+	int i = 0, noted = 0, maxnotes = notes ? *nnotes : 0, loc_piece = -1, inl_piece = -1;
 	bool fault = false, mapped = false;
 	struct shm_ring_loc loc = { 0 };
 
@@ -172,6 +172,11 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 						    iov[i].iov_len - off, &loc);
 			}
 			size = mapped ? MAPPED_SIZE : REMOTE_SIZE;
+			if (!mapped && io->no_pull) {
+				/* (nothing the consumer could pull: inline) */
+				inl_piece = i;
+				goto inline_rec;
+			}
 			if (free < size)
 				break;
 			if (noted < maxnotes)
@@ -185,19 +190,20 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 			off += take;
 			continue;
 		}
+inline_rec:
 		/* an inline record: the bytes of consecutive copied pieces */
 		if (free < SHM_REC_HDR + 8)
 			break;
 		cap = (free - SHM_REC_HDR) & ~7ULL;
 		if (cap > SHM_REC_MAX)
 			cap = SHM_REC_MAX;
-		while (i < n && kinds[i] != SHM_PULL && len < cap) {
+		while (i < n && (kinds[i] != SHM_PULL || i == inl_piece) && len < cap) {
 			size_t take = iov[i].iov_len - off;
 
 			if (take > cap - len)
 				take = (size_t)(cap - len);
 			if (ring_in(r, start + SHM_REC_HDR + len, (const uint8_t *)iov[i].iov_base + off,
-				    take, kinds[i] == SHM_APP ? io->get : NULL)) {
+				    take, kinds[i] != SHM_OWN ? io->get : NULL)) {
 				fault = true;
 				break;
 			}

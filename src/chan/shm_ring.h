@@ -105,6 +105,9 @@ struct shm_ring_io {
 	 * Reading it never faults (the callee made sure of that: a sealed
 	 * memfd cannot shrink under the mapping). */
 	const void *(*map)(void *arg, uint32_t fd, uint64_t ino, uint64_t off, size_t len);
+	/* Producer: the consumer cannot pull. A SHM_PULL piece that locate
+	 * does not place in a memfd then goes inline (read with get). */
+	bool no_pull;
 };
 
 /* A ring end: the shared control block and data, and the private state

@@ -106,8 +106,11 @@ fail:
  * process of our uid. The asker checks the sender is the offer's pid; we
  * check, at ACCEPT, that the accepter is who took them and that nobody
  * else asked (the name can be listed in /proc/net/unix). Such a link
- * cannot pull either (process_vm_readv needs the same access): payloads
- * go inline, one copy more, still no system call per message. */
+ * cannot pull either (process_vm_readv needs the same access), but the
+ * server's connection stays open as the link's side channel, on which
+ * each side sends the other the region memfds its mapped records name
+ * (shm.c: side_push, side_take); other payloads go inline, one copy more,
+ * still no system call per message. */
 #define FDSRV_TIMEOUT_US	200000
 
 static socklen_t fdsrv_addr(uint64_t name, struct sockaddr_un *a)
@@ -150,9 +153,11 @@ static int send_fds(int c, const struct shm_fdreq *r, const int fds[3])
 }
 
 /* One asker: its request, then the link's descriptors if it names one on
- * offer that nobody took yet. */
-static void fdsrv_serve(struct sr_tcp_ctx *t, int c)
+ * offer that nobody took yet. True if it got them: the connection is then
+ * the link's side channel (kept, non-blocking). */
+static bool fdsrv_serve(struct sr_tcp_ctx *t, int c)
 {
+	bool served = false;
 	struct shm_fdreq q;
 	struct ucred cr;
 	socklen_t crl = sizeof(cr);
@@ -160,10 +165,10 @@ static void fdsrv_serve(struct sr_tcp_ctx *t, int c)
 
 	sock_timeouts(c);
 	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.uid != geteuid())
-		return;
+		return false;
 	if (recv(c, &q, sizeof(q), 0) != (ssize_t)sizeof(q) || q.magic != SHM_MAGIC ||
 	    q.version != SHM_VERSION)
-		return;
+		return false;
 	pthread_mutex_lock(&t->offers_lock);
 	sr_list_for_each_safe(pos, tmp, &t->offers) {
 		struct shm_link *l = container_of(pos, struct shm_link, offer_link);
@@ -171,13 +176,17 @@ static void fdsrv_serve(struct sr_tcp_ctx *t, int c)
 
 		if (memcmp(l->token, q.token, sizeof(q.token)))
 			continue;
-		if (atomic_load(&l->served_pid) || cr.pid <= 0)
+		if (atomic_load(&l->served_pid) || cr.pid <= 0) {
 			atomic_store(&l->served_extra, true);
-		else if (!send_fds(c, &q, fds))
+		} else if (!send_fds(c, &q, fds) && !fcntl(c, F_SETFL, O_NONBLOCK)) {
+			atomic_store(&l->side_fd, c);
 			atomic_store(&l->served_pid, cr.pid);
+			served = true;
+		}
 		break;
 	}
 	pthread_mutex_unlock(&t->offers_lock);
+	return served;
 }
 
 static void fdsrv_event(struct sr_pollable *p, uint32_t events)
@@ -190,8 +199,8 @@ static void fdsrv_event(struct sr_pollable *p, uint32_t events)
 
 		if (c < 0)
 			return;
-		fdsrv_serve(t, c);
-		close(c);
+		if (!fdsrv_serve(t, c))
+			close(c);
 	}
 }
 
@@ -251,9 +260,10 @@ void shm_ctx_close(struct sr_tcp_ctx *t)
 	pthread_mutex_destroy(&t->offers_lock);
 }
 
-/* Accepter: ask the offerer's server for the link's descriptors. 0, or
- * -1 (nothing taken). */
-static int fdsrv_fetch(const struct shm_offer *o, int fds[3])
+/* Accepter: ask the offerer's server for the link's descriptors. 0 and
+ * the connection, kept as the link's side channel (*side, non-blocking),
+ * or -1 (nothing taken). */
+static int fdsrv_fetch(const struct shm_offer *o, int fds[3], int *side)
 {
 	union {
 		char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -301,7 +311,8 @@ static int fdsrv_fetch(const struct shm_offer *o, int fds[3])
 		}
 	}
 	if (n == (ssize_t)sizeof(r) && got == 3 && !(mh.msg_flags & MSG_CTRUNC) &&
-	    r.magic == SHM_MAGIC && !memcmp(r.token, o->token, sizeof(r.token)))
+	    r.magic == SHM_MAGIC && !memcmp(r.token, o->token, sizeof(r.token)) &&
+	    !fcntl(c, F_SETFL, O_NONBLOCK))
 		ret = 0;
 out:
 	if (ret)
@@ -309,7 +320,10 @@ out:
 			close(fds[i]);
 			fds[i] = -1;
 		}
-	close(c);
+	if (ret)
+		close(c);
+	else
+		*side = c;
 	return ret;
 }
 
@@ -444,7 +458,7 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 	l->efd_own = getfd(l->pidfd, o->efd_accepter);
 	if ((memfd < 0 || l->efd_peer < 0 || l->efd_own < 0) && errno == EPERM) {
 		/* no ptrace access: ask the offerer's descriptor server */
-		int fds[3];
+		int fds[3], side = -1;
 
 		if (memfd >= 0)
 			close(memfd);
@@ -453,7 +467,7 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 		if (l->efd_own >= 0)
 			close(l->efd_own);
 		memfd = l->efd_peer = l->efd_own = -1;
-		if (fdsrv_fetch(o, fds)) {
+		if (fdsrv_fetch(o, fds, &side)) {
 			why = "pidfd_getfd not permitted (ptrace access), and the offerer's "
 			      "descriptor server did not answer";
 			goto fail;
@@ -462,6 +476,7 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 		l->efd_peer = fds[1];
 		l->efd_own = fds[2];
 		l->via_fdsrv = true;
+		atomic_store(&l->side_fd, side);
 	}
 	if (memfd < 0 || l->efd_peer < 0 || l->efd_own < 0) {
 		why = "pidfd_getfd failed";
@@ -532,8 +547,8 @@ static void refused(struct tcp_chan *tc, const char *who, const char *why)
 static void linked(struct tcp_chan *tc)
 {
 	atomic_fetch_add_explicit(&chan_stats.shm_links, 1, memory_order_relaxed);
-	sr_dbg("tcp %p QP %#x<->%#x: shm: data path moves to shared memory (pull %d)",
-	       (void *)tc, tc->local_qpn, tc->peer_qpn, tc->shm_pull_ok);
+	sr_dbg("tcp %p QP %#x<->%#x: shm: data path moves to shared memory (pull %d, map %d)",
+	       (void *)tc, tc->local_qpn, tc->peer_qpn, tc->shm_pull_ok, tc->shm_map_ok);
 }
 
 static int on_offer(struct tcp_chan *tc, const uint8_t *body, size_t len)
@@ -568,6 +583,7 @@ static int on_offer(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	}
 	a.pid = (int32_t)getpid();
 	a.pull_ok = !l->via_fdsrv;	/* token_readable() proved it */
+	a.map_ok = atomic_load(&l->side_fd) >= 0;
 	a.token_addr = (uint64_t)(uintptr_t)l->token;
 	tc->shm = l;
 	/* ACCEPT is our last message on TCP: tcp_flush_locked moves our
@@ -606,6 +622,9 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	l->peer_pid = a.pid;
 	l->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)a.pid, 0);
 	s.pull_ok = l->pidfd >= 0 && token_readable(l->peer_pid, a.token_addr, l->token);
+	/* The accepter took the descriptors from our server: that connection
+	 * is the side channel, and memfds go both ways on it. */
+	s.map_ok = atomic_load(&l->side_fd) >= 0 && atomic_load(&l->served_pid) == a.pid;
 	if (!s.pull_ok)
 		sr_dbg("tcp %p QP %#x: shm: cannot read the peer: its payloads come inline",
 		       (void *)tc, tc->local_qpn);
@@ -619,6 +638,8 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	tc->shm_rx = true;
 	tc->shm_hold_until = 0;
 	tc->shm_pull_ok = a.pull_ok != 0;
+	tc->shm_map_ok = a.map_ok && s.map_ok;
+	l->io.no_pull = !tc->shm_pull_ok;
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 	ok = ctl_queue_locked(tc, SR_ST_SHM_SWITCH, &s, sizeof(s));
 	pthread_mutex_unlock(&tc->lock);
@@ -660,6 +681,8 @@ static int on_switch(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	pthread_mutex_lock(&tc->lock);
 	tc->shm_rx = true;
 	tc->shm_pull_ok = s.pull_ok != 0;
+	tc->shm_map_ok = s.map_ok && atomic_load(&tc->shm->side_fd) >= 0;
+	tc->shm->io.no_pull = !tc->shm_pull_ok;
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 	pthread_mutex_unlock(&tc->lock);
 	linked(tc);

@@ -243,6 +243,8 @@ struct tcp_chan {
 	bool shm_rx;			/* we read from the ring (set under both
 					 * locks: either one reads it) */
 	bool shm_pull_ok;		/* the peer pulls our large payloads */
+	bool shm_map_ok;		/* ... or maps them, if in a memfd we
+					 * send it on the side channel */
 	/* We offered and the answer is not in yet: until then (CLOCK_
 	 * MONOTONIC ns; 0: no hold), our requests wait in txq, so that what
 	 * is posted right after connecting goes into the ring; answers and

@@ -23,6 +23,10 @@
  *   refused, the offerer's descriptor server hands the rings over, and the
  *   traffic of `used` (payloads now inline: nothing can be pulled) still
  *   goes through shared memory, byte for byte.
+ * - mapped_userns: `mapped` with each side in a user namespace of its
+ *   own: the memfds of A's regions go to B on the descriptor server's
+ *   connection (the link's side channel), and B still copies from its
+ *   mapping (shm_mapped), nothing pulled.
  * - shrink: neither side can shrink the rings' memfd (sealed), which
  *   would make the other SIGBUS.
  * See net_common.h for the two-process harness. */
@@ -393,12 +397,13 @@ static void sub_unmapped(void)
 	unsetenv("SOFTRNIC_SHM_MAP");
 }
 
-static void sub_mapped(void)
+static void mapped_run(int own_userns)
 {
 	struct net_opts o = net_opts_default();
 	long long pulled, mapped;
 	int fd;
 
+	o.own_userns = own_userns;
 	o.buf_len = BIG_WRITE + 64 * KIB;
 	snprintf(stats_path, sizeof(stats_path), "/tmp/softrnic-shm-stats.XXXXXX");
 	fd = mkstemp(stats_path);
@@ -425,6 +430,20 @@ static void sub_mapped(void)
 	      BIG_WRITE + BIG_SEND + BIG_READ);
 	CHECK(mapped >= BIG_WRITE + BIG_SEND + BIG_READ - 3 * 16 * KIB,
 	      "only %lld bytes copied from A's memfd (shm_pulled %lld)", mapped, pulled);
+}
+
+static void sub_mapped(void)
+{
+	mapped_run(0);
+}
+
+/* The same with each side in a user namespace of its own: no pulls
+ * (process_vm_readv is refused as pidfd_getfd is), but A sends B its
+ * region's memfd on the descriptor server's connection, and B copies
+ * from its own mapping of it, as in `mapped`. */
+static void sub_mapped_userns(void)
+{
+	mapped_run(1);
 }
 
 /* early: the side that offers shm (the dialer: the larger QPN, tcp_setup.c)
@@ -547,6 +566,7 @@ int main(int argc, char **argv)
 		{ "corrupt", sub_corrupt },
 		{ "unmapped_in_flight", sub_unmapped },
 		{ "mapped", sub_mapped },
+		{ "mapped_userns", sub_mapped_userns },
 		{ "early", sub_early },
 	};
 

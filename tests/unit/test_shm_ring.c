@@ -215,6 +215,62 @@ static void header_publishes(void **state)
 	}
 }
 
+/* A consumer that cannot pull (no_pull): a SHM_PULL piece in a memfd
+ * still goes as mapped records, one elsewhere goes inline (read with
+ * get: application memory), never as a remote record it could not read. */
+static void no_pull_inline(void **state)
+{
+	struct fixture *f = *state;
+	static uint8_t inmf[20000], outside[20000], back[20000];
+	struct shm_ring_io np = mio;
+	struct iovec v[2] = { { outside, sizeof(outside) }, { inmf, sizeof(inmf) } };
+	uint8_t k[2] = { SHM_PULL, SHM_PULL };
+	ssize_t w, got = 0;
+	uint32_t h[2];
+
+	np.no_pull = true;
+	for (size_t i = 0; i < sizeof(inmf); i++) {
+		inmf[i] = (uint8_t)(i * 7 + 3);
+		outside[i] = (uint8_t)(i * 5 + 1);
+	}
+	mf.base = inmf;
+	mf.size = sizeof(inmf);
+	/* (a ring of 4 KiB: the first piece goes inline a record at a time) */
+	while (got < (ssize_t)sizeof(outside)) {
+		struct iovec o = { back + got, sizeof(back) - (size_t)got };
+		ssize_t r;
+
+		w = shm_ring_write(&f->tx, v, k, 1, &np, NULL, NULL);
+		assert_true(w > 0);
+		memcpy(h, f->data + (f->rx.pos & (RING - 1)), sizeof(h));
+		assert_int_equal(h[0], SHM_REC_INLINE);
+		v[0].iov_base = (uint8_t *)v[0].iov_base + w;
+		v[0].iov_len -= (size_t)w;
+		while ((r = shm_ring_read(&f->rx, &o, 1, false, &np)) > 0) {
+			got += r;
+			o.iov_base = back + got;
+			o.iov_len = sizeof(back) - (size_t)got;
+		}
+		assert_int_equal(r, 0);
+	}
+	assert_memory_equal(back, outside, sizeof(outside));
+	/* the piece in the memfd: a mapped record */
+	w = shm_ring_write(&f->tx, &v[1], &k[1], 1, &np, NULL, NULL);
+	assert_int_equal(w, sizeof(inmf));
+	memcpy(h, f->data + (f->rx.pos & (RING - 1)), sizeof(h));
+	assert_int_equal(h[0], SHM_REC_MAPPED);
+	{
+		struct iovec o = { back, sizeof(back) };
+
+		assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &np), sizeof(inmf));
+		assert_memory_equal(back, inmf, sizeof(inmf));
+	}
+	/* unreadable application memory: -EFAULT, as an SHM_APP piece */
+	np.get = failing_get;
+	v[0] = (struct iovec){ outside, 64 };
+	assert_int_equal(shm_ring_write(&f->tx, v, k, 1, &np, NULL, NULL), -EFAULT);
+}
+
 /* A model: a long stream of random pieces (own, application, pulled or
  * mapped) written and read in random sizes through a small ring: the
  * bytes out are exactly the bytes in. */
@@ -738,6 +794,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(roundtrip_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(header_publishes, setup, teardown),
+		cmocka_unit_test_setup_teardown(no_pull_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(model_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(full_ring, setup, teardown),
 		cmocka_unit_test_setup_teardown(stops_before_remote, setup, teardown),
