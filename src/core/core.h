@@ -397,6 +397,24 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 	       uint64_t va, uint64_t len, int need, bool remote,
 	       struct sr_mref *out);
 void mr_release(struct sr_mref *r);
+/* What a local read through an lkey needs, remembered by a QP so that its
+ * next gather with the same key takes no lock and no reference (sq.c):
+ * the region's bounds and where they are in our memory, valid while
+ * mr_gen() still reads gen (every deregistration and re-registration in
+ * the process moves it, before the region changes or goes). */
+struct sr_lkey_span {
+	uint32_t key;			/* 0: nothing remembered */
+	bool implicit;			/* the whole address space */
+	uint64_t gen;
+	uint64_t iova, length;
+	uintptr_t vaddr;		/* where iova is */
+};
+uint64_t mr_gen(void);
+/* mr_resolve for a local read (need 0), filling *sp instead of taking a
+ * reference; -EACCES/-ERANGE as mr_resolve, -EAGAIN for a region that
+ * cannot be remembered (another process's). */
+int mr_span(struct sr_context *ctx, struct sr_pd *pd, uint32_t key, uint64_t va, uint64_t len,
+	    struct sr_lkey_span *sp);
 int mr_reg(struct sr_pd *pd, void *addr, size_t len, uint64_t iova,
 	   int access, struct sr_mr **out);
 /* ibv_reg_dm_mr(3): a zero-based region over [offset, offset+len) of a

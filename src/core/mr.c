@@ -160,6 +160,19 @@ static void mr_bury(struct sr_mr *mr)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Moves before any region changes or goes: see struct sr_lkey_span. */
+static _Atomic uint64_t mr_generation = 1;
+
+uint64_t mr_gen(void)
+{
+	return atomic_load_explicit(&mr_generation, memory_order_acquire);
+}
+
+static void mr_gen_bump(void)
+{
+	atomic_fetch_add_explicit(&mr_generation, 1, memory_order_seq_cst);
+}
+
 int mr_dereg(struct sr_mr *holder)
 {
 	struct sr_mr *mr = holder->obj;
@@ -175,6 +188,7 @@ int mr_dereg(struct sr_mr *holder)
 	/* A type 1 MW bound to it keeps it alive (ibv_dereg_mr(3): EBUSY). */
 	if (atomic_load(&mr->mw_binds))
 		return -EBUSY;
+	mr_gen_bump();
 	/* Importers in other processes first: this waits for their copies
 	 * from the region, as mr_wait_idle below does for ours. */
 	xspace_unpub(s, mr->ibmr.lkey);
@@ -286,6 +300,7 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	/* Take the key out while the record changes, so no access sees a
 	 * half-updated region; then publish under a fresh key, as hardware
 	 * that reissues keys does. */
+	mr_gen_bump();
 	pthread_rwlock_wrlock(&space->keys.lock);
 	{
 		struct sr_keyent *e = keytab_find_locked(&space->keys, mr->ibmr.lkey);
@@ -393,6 +408,39 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 out:
 	pthread_rwlock_unlock(&t->lock);
 	(void)remote;
+	return ret;
+}
+
+int mr_span(struct sr_context *ctx, struct sr_pd *pd, uint32_t key, uint64_t va, uint64_t len,
+	    struct sr_lkey_span *sp)
+{
+	struct sr_keytab *t = &ctx->space->keys;
+	uint64_t gen = mr_gen();	/* (before the look: a change after it
+					 * moves it on) */
+	struct sr_keyent *e;
+	struct sr_mr *mr;
+	int ret = -EACCES;
+
+	pthread_rwlock_rdlock(&t->lock);
+	e = keytab_find_locked(t, key);
+	if (!e || !e->obj || e->kind != SR_KEY_MR)
+		goto out;
+	mr = e->obj;
+	if (!pd_same(mr->pd, pd))
+		goto out;
+	if (!mr->implicit && !in_range(mr->iova, mr->length, va, len)) {
+		ret = -ERANGE;
+		goto out;
+	}
+	if (mr->xproc) {
+		ret = -EAGAIN;		/* (xspace_mr_live on every access) */
+		goto out;
+	}
+	*sp = (struct sr_lkey_span){ .key = key, .implicit = mr->implicit, .gen = gen,
+				     .iova = mr->iova, .length = mr->length, .vaddr = mr->vaddr };
+	ret = 0;
+out:
+	pthread_rwlock_unlock(&t->lock);
 	return ret;
 }
 

@@ -120,6 +120,26 @@ void qp_to_error_locked(struct sr_qp *qp)
 	qp_rx_pending_clear_locked(qp);
 }
 
+/* Is [va, va + len) in the region the QP last gathered from through key,
+ * which has not changed since? Then where it is in our memory. The copy
+ * takes no reference: a region deregistered while it runs (a program
+ * error) may still be read from, and a page gone meanwhile is the
+ * fault-safe copy's -EFAULT (IBV_WC_LOC_PROT_ERR), as for any address.
+ * qp->lock held. */
+static bool lspan_hit(const struct sr_qp *qp, uint32_t key, uint64_t va, uint64_t len,
+		      uintptr_t *addr)
+{
+	const struct sr_lkey_span *sp = &qp->lspan;
+
+	if (!sp->key || sp->key != key || sp->gen != mr_gen())
+		return false;
+	if (!sp->implicit &&
+	    (va < sp->iova || len > sp->length || va - sp->iova > sp->length - len))
+		return false;
+	*addr = sp->vaddr + (uintptr_t)(va - sp->iova);
+	return true;
+}
+
 /* Copy a WQE's gather list into buf. Local reads need no access right
  * beyond a valid lkey in the QP's PD (IBTA 10.6.3.3). */
 static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *buf)
@@ -132,10 +152,31 @@ static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *b
 	}
 	for (uint32_t i = 0; i < w->num_sge; i++) {
 		struct ibv_sge *s = &w->sge[i];
+		struct sr_lkey_span sp;
 		struct sr_mref r;
+		uintptr_t a;
+		int ret;
 
 		if (!s->length)
 			continue;
+		/* (the same key as last time: no lock, no reference) */
+		if (!lspan_hit(qp, s->lkey, s->addr, s->length, &a)) {
+			ret = mr_span(qp->ctx, qp->pd, s->lkey, s->addr, s->length, &sp);
+			if (ret && ret != -EAGAIN)
+				return IBV_WC_LOC_PROT_ERR;
+			if (!ret) {
+				qp->lspan = sp;
+				a = sp.vaddr + (uintptr_t)(s->addr - sp.iova);
+			}
+		} else {
+			ret = 0;
+		}
+		if (!ret) {
+			if (mem_read(buf + off, a, s->length))
+				return IBV_WC_LOC_PROT_ERR;
+			off += s->length;
+			continue;
+		}
 		if (mr_resolve(qp->ctx, qp->pd, s->lkey, s->addr, s->length, 0, false, &r))
 			return IBV_WC_LOC_PROT_ERR;
 		if (mref_read(&r, buf + off, s->length)) {

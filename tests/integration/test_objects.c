@@ -244,6 +244,66 @@ static void rereg_mr(void)
 	exit(0);
 }
 
+/* SEND n bytes at src through lkey into b's buffer; the requester's
+ * status (the receive is checked only on success). */
+static enum ibv_wc_status send_sync(struct pair *p, void *src, uint32_t n, uint32_t lkey,
+				    struct buf *dst, uint64_t id)
+{
+	struct ibv_wc wc;
+
+	post_recv1(p->b.qp, id, dst->p, (uint32_t)dst->len, dst->mr->lkey);
+	CHECK(post_send1(p->a.qp, IBV_WR_SEND, id, src, n, lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	CHECK(poll_one(p->a.scq, &wc, DEADLINE_MS), "no SEND completion");
+	CHECK(wc.wr_id == id, "wr_id %llu", (unsigned long long)wc.wr_id);
+	if (wc.status == IBV_WC_SUCCESS) {
+		expect_wc(p->b.rcq, &wc, id, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
+		CHECK(wc.byte_len == n, "byte_len %u, want %u", wc.byte_len, n);
+	}
+	return wc.status;
+}
+
+/* A QP remembers the last lkey it gathered through (no lock, no
+ * reference on the next SEND from it): a re-registration or a
+ * deregistration in between must be seen all the same. */
+static void lkey_changes(void)
+{
+	struct tctx t;
+	struct pair p;
+	struct buf a, dst;
+	uint8_t *moved = aligned_alloc(4096, 8192);
+	enum ibv_wc_status st;
+
+	CHECK(moved, "alloc");
+	simple_pair(&t, &p);
+	buf_alloc(&t, &a, 4096, ACC_ALL);
+	buf_alloc(&t, &dst, 4096, ACC_ALL);
+	fill_pattern(a.p, 4096, 11);
+	fill_pattern(moved, 8192, 12);
+	CHECK(send_sync(&p, a.p, 512, a.mr->lkey, &dst, 1) == IBV_WC_SUCCESS, "first SEND");
+	check_bytes(dst.p, a.p, 512, "SEND from a");
+	CHECK(send_sync(&p, a.p + 1024, 512, a.mr->lkey, &dst, 2) == IBV_WC_SUCCESS,
+	      "second SEND (the remembered key)");
+	check_bytes(dst.p, a.p + 1024, 512, "second SEND from a");
+	/* the same key, another translation: the new bytes, from the new
+	 * range (past the old one's end) */
+	CHECK(ibv_rereg_mr(a.mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, moved, 8192, ACC_ALL) == 0,
+	      "rereg CHANGE_TRANSLATION");
+	CHECK(send_sync(&p, moved + 6000, 512, a.mr->lkey, &dst, 3) == IBV_WC_SUCCESS,
+	      "SEND from the new translation");
+	check_bytes(dst.p, moved + 6000, 512, "SEND after rereg");
+	/* deregistered: the key is dead, however recently used */
+	uint32_t dead = a.mr->lkey;
+
+	CHECK(send_sync(&p, moved, 64, dead, &dst, 4) == IBV_WC_SUCCESS, "SEND before dereg");
+	CHECK(ibv_dereg_mr(a.mr) == 0, "dereg");
+	a.mr = NULL;
+	st = send_sync(&p, moved, 64, dead, &dst, 5);
+	CHECK(st == IBV_WC_LOC_PROT_ERR, "SEND through a deregistered lkey: %s, want LOC_PROT_ERR",
+	      ibv_wc_status_str(st));
+	exit(0);
+}
+
 static void dmabuf(void)
 {
 	struct tctx t;
@@ -711,7 +771,7 @@ static void mr_mapped(void)
 static const struct subtest tests[] = {
 	SUBTEST(pd_busy),	   SUBTEST(cq_busy),	  SUBTEST(channel_busy),
 	SUBTEST(srq_busy),	   SUBTEST(mr_keys),	  SUBTEST(reg_mr_access),
-	SUBTEST(rereg_mr),	   SUBTEST(dmabuf),	  SUBTEST(odp),
+	SUBTEST(rereg_mr),	   SUBTEST(lkey_changes),  SUBTEST(dmabuf),	  SUBTEST(odp),
 	SUBTEST(channel_nonblock), SUBTEST(cq_events),	  SUBTEST(cq_ex),
 	SUBTEST(resize_cq),	   SUBTEST(srq),	  SUBTEST(srq_last_wqe),
 	SUBTEST(mr_mapped),
