@@ -44,6 +44,15 @@ struct chan_stats {
 };
 extern struct chan_stats chan_stats;
 
+/* A count per message, on the send path: a plain load and store, not a
+ * locked add (which cost 4 ns of a 150 ns post). Two threads counting at
+ * once may lose one: these are statistics, never accounting. */
+static inline void chan_stat_inc(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
 /* A stream that just came UP: offer shm if this end is the offerer and
  * the peer is softrnic. tc->lock held. */
 void shm_offer_locked(struct tcp_chan *tc, bool offerer);

@@ -599,9 +599,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 				whole &= s->iov[k].iov_len == 0;
 			if (!whole)
 				break;
-			atomic_fetch_add_explicit(tc->shm_tx ? &chan_stats.shm_fpdus
-							     : &chan_stats.tcp_fpdus, 1,
-						  memory_order_relaxed);
+			chan_stat_inc(tc->shm_tx ? &chan_stats.shm_fpdus : &chan_stats.tcp_fpdus);
 			if (s->sw) {
 				/* our last bytes on TCP: the rest goes to the ring */
 				s->sw = false;
