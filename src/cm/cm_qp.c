@@ -334,10 +334,9 @@ SR_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr
 	/* "An rdma_cm_id may only be associated with a single SRQ." */
 	if (!id || !attr || !id->verbs || id->srq)
 		return cm_ret(-EINVAL);
-	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) {
-		attr->comp_mask |= IBV_SRQ_INIT_ATTR_TYPE;
-		attr->srq_type = IBV_SRQT_BASIC;
-	}
+	/* (as rdma-core's: the type must be said; rdma_create_srq says it) */
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
+		return cm_ret(-EINVAL);
 	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
 		attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
 		attr->pd = id->pd;

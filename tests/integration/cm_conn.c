@@ -1209,6 +1209,17 @@ static struct rdma_cm_id *xrc_accept(struct rdma_cm_id *lid, uint8_t *buf,
 	CHECK(qp_state(id->qp) == IBV_QPS_INIT, "XRC_RECV QP in state %d",
 	      qp_state(id->qp));
 	CHECK(!id->srq, "an SRQ before rdma_create_srq");
+	{
+		/* rdma-core's rdma_create_srq_ex wants the type said */
+		struct ibv_srq_init_attr_ex ex = { .comp_mask = IBV_SRQ_INIT_ATTR_PD };
+
+		ex.attr.max_wr = 8;
+		ex.attr.max_sge = 1;
+		errno = 0;
+		CHECK(rdma_create_srq_ex(id, &ex) == -1 && errno == EINVAL && !id->srq,
+		      "rdma_create_srq_ex without IBV_SRQ_INIT_ATTR_TYPE: errno %d, want EINVAL",
+		      errno);
+	}
 
 	struct ibv_srq_init_attr sa = {
 		.srq_context = id,
