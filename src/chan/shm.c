@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -90,44 +89,6 @@ static ssize_t io_pull(void *arg, const struct iovec *dst, int n, uint64_t raddr
 	return got;
 }
 
-/* Producer, on a link with a side channel: has the consumer got memfd
- * (fd, ino), or can it have it now? Sent once per link, before the first
- * record that names it (a SEQPACKET message is queued whole when sendmsg
- * returns, so the consumer finds it there when it meets the record).
- * tc->lock held. */
-static bool side_push(struct shm_link *l, int fd, uint64_t ino)
-{
-	struct shm_side_msg s = { .magic = SHM_MAGIC, .version = SHM_VERSION,
-				  .pfd = (uint32_t)fd, .ino = ino };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { &s, sizeof(s) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	struct cmsghdr *cm;
-
-	for (int i = 0; i < l->npushed; i++)
-		if (l->pushed[i].pfd == (uint32_t)fd && l->pushed[i].ino == ino)
-			return true;
-	if (l->npushed == SHM_SIDE_MAX)
-		return false;
-	memset(&u, 0, sizeof(u));
-	cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
-	if (sendmsg(atomic_load_explicit(&l->side_fd, memory_order_relaxed), &mh,
-		    MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(s))
-		return false;
-	l->pushed[l->npushed].pfd = (uint32_t)fd;
-	l->pushed[l->npushed].ino = ino;
-	l->npushed++;
-	return true;
-}
-
 /* Producer: is a piece the peer pulls in one of our shared ranges
  * (shm_map.h)? Then it goes as mapped records: the peer may copy it from
  * its own mapping of that memfd. */
@@ -138,65 +99,12 @@ static bool io_locate(void *arg, const void *p, size_t len, struct shm_ring_loc 
 
 	if (!shm_map_find(p, len, &m) || m.fd < 0 || m.off > m.size || len > m.size - m.off)
 		return false;
-	if (atomic_load_explicit(&l->side_fd, memory_order_relaxed) >= 0 &&
-	    !side_push(l, m.fd, m.ino))
+	/* (a peer that cannot take it with pidfd_getfd gets it first) */
+	if (atomic_load_explicit(&l->side.fd, memory_order_relaxed) >= 0 &&
+	    !shm_side_send(&l->side, m.fd, m.ino))
 		return false;
 	*loc = (struct shm_ring_loc){ .fd = (uint32_t)m.fd, .ino = m.ino, .off = m.off };
 	return true;
-}
-
-/* Consumer: take what came on the side channel (memfds the producer will
- * name), then our own descriptor for its memfd (pfd, ino), or -1. A
- * message that is not one memfd announcement is dropped (its
- * descriptors closed); more than SHM_SIDE_MAX are not kept. rx_lock held. */
-static int side_take(struct shm_link *l, uint32_t pfd, uint64_t ino)
-{
-	int sfd = atomic_load_explicit(&l->side_fd, memory_order_relaxed);
-
-	for (;;) {
-		union {
-			char buf[CMSG_SPACE(4 * sizeof(int))];
-			struct cmsghdr align;
-		} u;
-		struct shm_side_msg s;
-		struct iovec iov = { &s, sizeof(s) };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-				     .msg_controllen = sizeof(u.buf) };
-		int got[4], ngot = 0;
-		ssize_t n = recvmsg(sfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-				continue;
-			for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-				if (ngot < 4)
-					got[ngot++] = fd;
-				else
-					close(fd);
-			}
-		}
-		if (n == (ssize_t)sizeof(s) && ngot == 1 && !(mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) &&
-		    s.magic == SHM_MAGIC && s.version == SHM_VERSION && l->ngiven < SHM_SIDE_MAX) {
-			l->given[l->ngiven].pfd = s.pfd;
-			l->given[l->ngiven].ino = s.ino;
-			l->given[l->ngiven].fd = got[0];
-			l->ngiven++;
-			continue;
-		}
-		for (int i = 0; i < ngot; i++)
-			close(got[i]);
-	}
-	for (int i = 0; i < l->ngiven; i++)
-		if (l->given[i].pfd == pfd && l->given[i].ino == ino)
-			return fcntl(l->given[i].fd, F_DUPFD_CLOEXEC, 0);
-	return -1;
 }
 
 static uint64_t now_ns(void)
@@ -219,8 +127,8 @@ static const uint8_t *map_peer_fd(struct shm_link *l, uint32_t pfd, uint64_t ino
 	void *p;
 	int fd, seals;
 
-	if (atomic_load_explicit(&l->side_fd, memory_order_relaxed) >= 0)
-		fd = side_take(l, pfd, ino);		/* (sent to us, or not at all) */
+	if (atomic_load_explicit(&l->side.fd, memory_order_relaxed) >= 0)
+		fd = shm_side_take(&l->side, pfd, ino);	/* (sent to us, or not at all) */
 	else if (l->pidfd < 0 || pfd > INT32_MAX)
 		return NULL;
 	else
@@ -336,10 +244,7 @@ void shm_link_free(struct shm_link *l)
 		close(l->efd_peer);
 	if (l->pidfd >= 0)
 		close(l->pidfd);
-	if (l->side_fd >= 0)
-		close(l->side_fd);
-	for (int i = 0; i < l->ngiven; i++)
-		close(l->given[i].fd);
+	shm_side_close(&l->side);
 	free(l);
 }
 
@@ -350,7 +255,7 @@ struct shm_link *shm_link_alloc(void)
 	if (!l)
 		return NULL;
 	l->memfd = l->efd_own = l->efd_peer = l->pidfd = -1;
-	atomic_init(&l->side_fd, -1);
+	shm_side_init(&l->side);
 	/* (no_pull until the switch says the peer can) */
 	l->io = (struct shm_ring_io){ .put = io_put, .get = io_get, .pull = io_pull, .arg = l,
 				      .locate = io_locate, .map = io_map, .no_pull = true };

@@ -6,6 +6,7 @@
 
 #include "chan/shm.h"
 #include "chan/shm_ring.h"
+#include "chan/shm_side.h"
 #include "chan/tcp_priv.h"
 
 #include <stdatomic.h>
@@ -33,11 +34,6 @@
 /* The peer's memfds we keep mapped (mapped records), and how long one we
  * could not map is not tried again. */
 #define SHM_MAPS	16
-/* Links whose descriptors came through the descriptor server (shm_setup.c)
- * keep that connection as a side channel: each side sends the other the
- * memfds its mapped records name, before the first such record. At most
- * this many per link and direction (more go inline). */
-#define SHM_SIDE_MAX	32
 #define SHM_MAP_RETRY_NS	(100ULL * 1000 * 1000)
 
 /* The first page of the memfd. ctl[0] is the offerer-to-accepter ring,
@@ -81,13 +77,7 @@ struct shm_switch {
 	uint32_t pull_ok;		/* the offerer can read the accepter */
 	uint32_t map_ok;		/* ... can take its memfds (side channel) */
 };
-/* On the side channel: a memfd of the sender's (SCM_RIGHTS), and what
- * its mapped records will call it. */
-struct shm_side_msg {
-	uint32_t magic, version;
-	uint32_t pfd, pad;		/* its number in the sender */
-	uint64_t ino;
-};
+
 
 /* A memfd of the peer's, mapped read-only (base), or, with base NULL, one
  * we failed to map (not tried again before retry). Key: (fd, ino). */
@@ -134,14 +124,9 @@ struct shm_link {
 	_Atomic pid_t served_pid;
 	_Atomic bool served_extra;
 	bool via_fdsrv;
-	/* The descriptor server's connection, kept (-1: none; set before
-	 * served_pid). Producer: the memfds sent on it (tc->lock). Consumer:
-	 * those received, by the sender's number and inode (rx_lock). */
-	_Atomic int side_fd;
-	struct { uint32_t pfd; uint64_t ino; } pushed[SHM_SIDE_MAX];
-	int npushed;
-	struct { uint32_t pfd; uint64_t ino; int fd; } given[SHM_SIDE_MAX];
-	int ngiven;
+	/* The descriptor server's connection, kept as the side channel
+	 * (shm_side.h; its fd is set before served_pid). */
+	struct shm_side side;
 };
 
 /* shm.c */

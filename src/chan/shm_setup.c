@@ -109,7 +109,7 @@ fail:
  * cannot pull either (process_vm_readv needs the same access), but the
  * server's connection stays open as the link's side channel, on which
  * each side sends the other the region memfds its mapped records name
- * (shm.c: side_push, side_take); other payloads go inline, one copy more,
+ * (shm_side.c); other payloads go inline, one copy more,
  * still no system call per message. */
 #define FDSRV_TIMEOUT_US	200000
 
@@ -179,7 +179,7 @@ static bool fdsrv_serve(struct sr_tcp_ctx *t, int c)
 		if (atomic_load(&l->served_pid) || cr.pid <= 0) {
 			atomic_store(&l->served_extra, true);
 		} else if (!send_fds(c, &q, fds) && !fcntl(c, F_SETFL, O_NONBLOCK)) {
-			atomic_store(&l->side_fd, c);
+			atomic_store(&l->side.fd, c);
 			atomic_store(&l->served_pid, cr.pid);
 			served = true;
 		}
@@ -476,7 +476,7 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 		l->efd_peer = fds[1];
 		l->efd_own = fds[2];
 		l->via_fdsrv = true;
-		atomic_store(&l->side_fd, side);
+		atomic_store(&l->side.fd, side);
 	}
 	if (memfd < 0 || l->efd_peer < 0 || l->efd_own < 0) {
 		why = "pidfd_getfd failed";
@@ -583,7 +583,7 @@ static int on_offer(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	}
 	a.pid = (int32_t)getpid();
 	a.pull_ok = !l->via_fdsrv;	/* token_readable() proved it */
-	a.map_ok = atomic_load(&l->side_fd) >= 0;
+	a.map_ok = atomic_load(&l->side.fd) >= 0;
 	a.token_addr = (uint64_t)(uintptr_t)l->token;
 	tc->shm = l;
 	/* ACCEPT is our last message on TCP: tcp_flush_locked moves our
@@ -624,7 +624,7 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	s.pull_ok = l->pidfd >= 0 && token_readable(l->peer_pid, a.token_addr, l->token);
 	/* The accepter took the descriptors from our server: that connection
 	 * is the side channel, and memfds go both ways on it. */
-	s.map_ok = atomic_load(&l->side_fd) >= 0 && atomic_load(&l->served_pid) == a.pid;
+	s.map_ok = atomic_load(&l->side.fd) >= 0 && atomic_load(&l->served_pid) == a.pid;
 	if (!s.pull_ok)
 		sr_dbg("tcp %p QP %#x: shm: cannot read the peer: its payloads come inline",
 		       (void *)tc, tc->local_qpn);
@@ -681,7 +681,7 @@ static int on_switch(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	pthread_mutex_lock(&tc->lock);
 	tc->shm_rx = true;
 	tc->shm_pull_ok = s.pull_ok != 0;
-	tc->shm_map_ok = s.map_ok && atomic_load(&tc->shm->side_fd) >= 0;
+	tc->shm_map_ok = s.map_ok && atomic_load(&tc->shm->side.fd) >= 0;
 	tc->shm->io.no_pull = !tc->shm_pull_ok;
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 	pthread_mutex_unlock(&tc->lock);
