@@ -134,22 +134,7 @@ static void sock_timeouts(int fd)
 
 static int send_fds(int c, const struct shm_fdreq *r, const int fds[3])
 {
-	union {
-		char buf[CMSG_SPACE(3 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { (void *)r, sizeof(*r) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	struct cmsghdr *cm;
-
-	memset(&u, 0, sizeof(u));
-	cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
-	memcpy(CMSG_DATA(cm), fds, 3 * sizeof(int));
-	return sendmsg(c, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*r) ? 0 : -1;
+	return shm_fds_send(c, r, sizeof(*r), fds, 3, 0) == (ssize_t)sizeof(*r) ? 0 : -1;
 }
 
 /* One asker: its request, then the link's descriptors if it names one on
@@ -265,16 +250,8 @@ void shm_ctx_close(struct sr_tcp_ctx *t)
  * or -1 (nothing taken). */
 static int fdsrv_fetch(const struct shm_offer *o, int fds[3], int *side)
 {
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
 	struct shm_fdreq q = { .magic = SHM_MAGIC, .version = SHM_VERSION }, r;
-	struct iovec iov = { &r, sizeof(r) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
 	struct sockaddr_un a;
-	struct cmsghdr *cm;
 	struct ucred cr;
 	socklen_t crl = sizeof(cr), len;
 	int c, got = 0, ret = -1;
@@ -293,26 +270,9 @@ static int fdsrv_fetch(const struct shm_offer *o, int fds[3], int *side)
 	    getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != o->pid ||
 	    send(c, &q, sizeof(q), MSG_NOSIGNAL) != (ssize_t)sizeof(q))
 		goto out;
-	memset(&u, 0, sizeof(u));
-	do
-		n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	for (cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-			if (got < 3)
-				fds[got++] = fd;
-			else
-				close(fd);
-		}
-	}
-	if (n == (ssize_t)sizeof(r) && got == 3 && !(mh.msg_flags & MSG_CTRUNC) &&
-	    r.magic == SHM_MAGIC && !memcmp(r.token, o->token, sizeof(r.token)) &&
-	    !fcntl(c, F_SETFL, O_NONBLOCK))
+	n = shm_fds_recv(c, &r, sizeof(r), fds, 3, &got, 0);
+	if (n == (ssize_t)sizeof(r) && got == 3 && r.magic == SHM_MAGIC &&
+	    !memcmp(r.token, o->token, sizeof(r.token)) && !fcntl(c, F_SETFL, O_NONBLOCK))
 		ret = 0;
 out:
 	if (ret)

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,6 +20,85 @@ struct side_msg {
 	uint32_t pfd, pad;		/* its number in the sender */
 	uint64_t ino;
 };
+
+ssize_t shm_fds_send(int sock, const void *p, size_t len, const int *fds, int n, int flags)
+{
+	union {
+		char buf[CMSG_SPACE(SHM_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { (void *)p, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t r;
+
+	if (n < 0 || n > SHM_FDS_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(&u, 0, sizeof(u));
+	if (n) {
+		struct cmsghdr *cm;
+
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)n * sizeof(int));
+	}
+	do
+		r = sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r;
+}
+
+ssize_t shm_fds_recv(int sock, void *p, size_t len, int *fds, int max, int *nfds, int flags)
+{
+	union {
+		char buf[CMSG_SPACE(SHM_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { p, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	int got[SHM_FDS_MAX], n = 0;
+	bool extra = false;
+	ssize_t r;
+
+	*nfds = 0;
+	memset(&u, 0, sizeof(u));
+	do
+		r = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return r;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cm->cmsg_len < CMSG_LEN(0))
+			continue;
+		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			if (n < max && n < SHM_FDS_MAX) {
+				got[n++] = fd;
+			} else {
+				close(fd);
+				extra = true;
+			}
+		}
+	}
+	if (extra || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		for (int i = 0; i < n; i++)
+			close(got[i]);
+		errno = EMSGSIZE;
+		return -1;
+	}
+	memcpy(fds, got, (size_t)n * sizeof(int));
+	*nfds = n;
+	return r;
+}
 
 void shm_side_init(struct shm_side *s)
 {
@@ -42,34 +122,15 @@ bool shm_side_send(struct shm_side *s, int fd, uint64_t ino)
 {
 	struct side_msg m = { .magic = SIDE_MAGIC, .version = SIDE_VERSION,
 			      .pfd = (uint32_t)fd, .ino = ino };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { &m, sizeof(m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	struct cmsghdr *cm;
 	int sfd = atomic_load_explicit(&s->fd, memory_order_relaxed);
-	ssize_t n;
 
 	if (sfd < 0 || fd < 0)
 		return false;
 	for (int i = 0; i < s->nsent; i++)
 		if (s->sent[i].pfd == (uint32_t)fd && s->sent[i].ino == ino)
 			return true;
-	if (s->nsent == SHM_SIDE_MAX)
-		return false;
-	memset(&u, 0, sizeof(u));
-	cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
-	do
-		n = sendmsg(sfd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(m))
+	if (s->nsent == SHM_SIDE_MAX ||
+	    shm_fds_send(sfd, &m, sizeof(m), &fd, 1, MSG_DONTWAIT) != (ssize_t)sizeof(m))
 		return false;
 	s->sent[s->nsent].pfd = (uint32_t)fd;
 	s->sent[s->nsent].ino = ino;
@@ -81,46 +142,24 @@ bool shm_side_send(struct shm_side *s, int fd, uint64_t ino)
  * there, or the connection is gone). */
 static int take_one(struct shm_side *s, int sfd)
 {
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
 	struct side_msg m;
-	struct iovec iov = { &m, sizeof(m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	int fds[4], nfds = 0;
-	ssize_t n;
+	int fds[1], nfds;
+	ssize_t n = shm_fds_recv(sfd, &m, sizeof(m), fds, 1, &nfds, MSG_DONTWAIT);
 
-	do
-		n = recvmsg(sfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0)
+	if (n < 0)
+		return errno == EMSGSIZE;	/* (dropped, closed) */
+	if (n == 0)
 		return 0;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-		    cm->cmsg_len < CMSG_LEN(0))
-			continue;
-		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-			if (nfds < 4)
-				fds[nfds++] = fd;
-			else
-				close(fd);
-		}
-	}
-	if (n == (ssize_t)sizeof(m) && nfds == 1 && !(mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) &&
-	    m.magic == SIDE_MAGIC && m.version == SIDE_VERSION && s->ngot < SHM_SIDE_MAX) {
+	if (n == (ssize_t)sizeof(m) && nfds == 1 && m.magic == SIDE_MAGIC &&
+	    m.version == SIDE_VERSION && s->ngot < SHM_SIDE_MAX) {
 		s->got[s->ngot].pfd = m.pfd;
 		s->got[s->ngot].ino = m.ino;
 		s->got[s->ngot].fd = fds[0];
 		s->ngot++;
 		return 1;
 	}
-	for (int i = 0; i < nfds; i++)
-		close(fds[i]);
+	if (nfds)
+		close(fds[0]);
 	return 1;
 }
 

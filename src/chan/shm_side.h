@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* memfds per link and direction (more go inline) */
 #define SHM_SIDE_MAX	32
@@ -32,6 +33,16 @@ struct shm_side {
 	struct { uint32_t pfd; uint64_t ino; int fd; } got[SHM_SIDE_MAX];
 	int ngot;
 };
+
+/* SCM_RIGHTS, for the side channel and the descriptor server
+ * (shm_setup.c). Send len bytes at p with n descriptors (at most
+ * SHM_FDS_MAX): sendmsg's result. Receive at most len bytes into p and
+ * the descriptors that come with them into fds (close-on-exec; *nfds
+ * says how many): recvmsg's result, or -1 if the bytes or the
+ * descriptors were cut short or more than max came (all closed then). */
+#define SHM_FDS_MAX	4
+ssize_t shm_fds_send(int sock, const void *p, size_t len, const int *fds, int n, int flags);
+ssize_t shm_fds_recv(int sock, void *p, size_t len, int *fds, int max, int *nfds, int flags);
 
 void shm_side_init(struct shm_side *s);
 /* Close the connection and every descriptor received. */
