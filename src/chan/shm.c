@@ -478,9 +478,8 @@ void shm_self_wake(struct tcp_chan *tc)
 
 bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len)
 {
-	uint8_t b;
-
 	struct shm_map_loc m;
+	uint8_t b;
 
 	if (len < SHM_PULL_MIN)
 		return false;

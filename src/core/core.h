@@ -400,8 +400,9 @@ void mr_release(struct sr_mref *r);
 /* What a local read through an lkey needs, remembered by a QP so that its
  * next gather with the same key takes no lock and no reference (sq.c):
  * the region's bounds and where they are in our memory, valid while
- * mr_gen() still reads gen (every deregistration and re-registration in
- * the process moves it, before the region changes or goes). */
+ * mr_gen() still reads gen, read before the look-up (every
+ * deregistration and re-registration in the process moves it once the
+ * region is out of the key table or changed, before it returns). */
 struct sr_lkey_span {
 	uint32_t key;			/* 0: nothing remembered */
 	bool implicit;			/* the whole address space */

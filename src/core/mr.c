@@ -160,7 +160,10 @@ static void mr_bury(struct sr_mr *mr)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Moves before any region changes or goes: see struct sr_lkey_span. */
+/* Moves once a region is out of the key table (deregistered) or has
+ * changed (re-registered), before either call returns: see struct
+ * sr_lkey_span. (Not before the change: a lookup between a bump and the
+ * change would remember the old region under the new generation.) */
 static _Atomic uint64_t mr_generation = 1;
 
 uint64_t mr_gen(void)
@@ -188,11 +191,11 @@ int mr_dereg(struct sr_mr *holder)
 	/* A type 1 MW bound to it keeps it alive (ibv_dereg_mr(3): EBUSY). */
 	if (atomic_load(&mr->mw_binds))
 		return -EBUSY;
-	mr_gen_bump();
 	/* Importers in other processes first: this waits for their copies
 	 * from the region, as mr_wait_idle below does for ours. */
 	xspace_unpub(s, mr->ibmr.lkey);
 	keytab_remove(&s->keys, mr->ibmr.lkey);
+	mr_gen_bump();
 	mr_wait_idle(&mr->users, 0);
 	if (mr->mapped)
 		shm_map_unreg((void *)mr->vaddr, (size_t)mr->length);
@@ -300,7 +303,6 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	/* Take the key out while the record changes, so no access sees a
 	 * half-updated region; then publish under a fresh key, as hardware
 	 * that reissues keys does. */
-	mr_gen_bump();
 	pthread_rwlock_wrlock(&space->keys.lock);
 	{
 		struct sr_keyent *e = keytab_find_locked(&space->keys, mr->ibmr.lkey);
@@ -335,6 +337,7 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 			e->obj = mr;
 	}
 	pthread_rwlock_unlock(&space->keys.lock);
+	mr_gen_bump();
 	xspace_pub(space, mr->ibmr.lkey, mr->pd, mr);
 	return 0;
 }
