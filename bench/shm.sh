@@ -11,6 +11,8 @@
 #   ib_send_bw -s 64 (Mpps)       vs  ucx_perftest -t ucp_am_bw -s 64
 #   bench/ring_lat.c: the shm ring alone, 8 B one-way, vs one cache line
 #                                 each way (where the latency goes)
+#   ib_write_bw -s 16 MiB as uid 65534 (run as root: two unprivileged
+#   `softrnic run`s, rings from the descriptor server) vs the memcpy
 #
 # UCX runs with UCX_TLS=sm,self (Debian ucx-utils), softrnic with its
 # defaults (SOFTRNIC_SHM on). Each figure is the median of BENCH_RUNS
@@ -81,6 +83,21 @@ perftest() {
 		END { if (v + 0 > 0) print v + 0 }' "$tmp/pt"
 }
 
+# perftest_user COL ARGS...: the same, both sides as uid 65534 (root
+# only; nothing printed otherwise)
+USER_RUN=()
+[[ $(id -u) == 0 ]] && have setpriv && USER_RUN=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+perftest_user() {
+	local col=$1 p
+	shift
+	((${#USER_RUN[@]})) || return
+	p=$(port)
+	pair "$tmp/pt" "${USER_RUN[@]}" "$SOFTRNIC" run -- "$@" -d softrnic0 -p "$p" ::: \
+		"${USER_RUN[@]}" "$SOFTRNIC" run -- "$@" -d softrnic0 -p "$p" 127.0.0.1
+	awk -v col="$col" '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+([[:space:]]+[0-9]+\.[0-9]+)+[[:space:]]*$/ { v = $col }
+		END { if (v + 0 > 0) print v + 0 }' "$tmp/pt"
+}
+
 # ucx COL ARGS...: column COL of ucx_perftest's "Final:" line
 # (3 median latency µs, 7 overall MB/s, 9 overall msg/s)
 ucx() {
@@ -109,6 +126,8 @@ for ((r = 1; r <= RUNS; r++)); do
 	add send_lat "$(perftest 5 ib_send_lat -s 8 -n "$ITERS")"
 	add write_lat "$(perftest 5 ib_write_lat -s 8 -n "$ITERS")"
 	add send_rate "$(perftest 5 ib_send_bw -s 64 -D "$SECS" --report_gbits)"
+	((${#USER_RUN[@]})) &&
+		add write_bw_user "$(perftest_user 4 ib_write_bw -s 16777216 -D "$SECS" --report_gbits)"
 	ring=$("$tmp/ring_lat" 200000 3)
 	add floor_lat "$(awk '/^floor/ { print $(NF - 2) }' <<<"$ring")"
 	add ring_lat "$(awk '/^shm_ring/ { print $(NF - 5) }' <<<"$ring")"
@@ -127,6 +146,8 @@ row "ib_write_bw 16 MiB" "$(m write_bw) Gb/s" "ucp_put_bw 16 MiB: $(m ucx_put) G
 row "ib_send_lat 8 B" "$(m send_lat) µs" "ucp_am_lat 8 B: $(m ucx_lat) µs" "$(ratio "$(m send_lat)" "$(m ucx_lat)")" lower
 row "ib_write_lat 8 B" "$(m write_lat) µs" "ucp_am_lat 8 B: $(m ucx_lat) µs" "$(ratio "$(m write_lat)" "$(m ucx_lat)")" lower
 row "ib_send_bw 64 B" "$(m send_rate) Mpps" "ucp_am_bw 64 B: $(m ucx_rate) Mpps" "$(ratio "$(m send_rate)" "$(m ucx_rate)")" higher
+((${#USER_RUN[@]})) &&
+	row "ib_write_bw 16 MiB, as uid 65534" "$(m write_bw_user) Gb/s" "memcpy 16 MiB: $(m memcpy) Gb/s" "$(ratio "$(m write_bw_user)" "$(m memcpy)")" higher
 row "shm ring alone, 8 B one-way" "$(m ring_lat) µs" "a cache line each way: $(m floor_lat) µs" "$(ratio "$(m ring_lat)" "$(m floor_lat)")" lower
 echo
 echo "(The last row is bench/ring_lat.c: softrnic's ring without the layers"
