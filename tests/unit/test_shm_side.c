@@ -100,7 +100,9 @@ static void roundtrip(void **state)
 	close(b);
 }
 
-/* Raw bytes, and n descriptors of fd, from the sender's end. */
+/* Raw bytes, and n descriptors of fd, from the sender's end. Built here,
+ * not with shm_fds_send: a forger sends what that refuses to (more than
+ * SHM_FDS_MAX descriptors, which the receiver's control buffer cuts). */
 static void raw_send(struct fixture *f, const void *p, size_t len, int fd, int n)
 {
 	union {
