@@ -84,19 +84,27 @@ static int pvm_copy(bool write, uintptr_t app, void *buf, size_t len)
 
 /* ---- the fault guard ----------------------------------------------------- */
 
-/* Threads inside a guarded copy, by thread id. A table, not a __thread
- * variable: the handler must not touch TLS (a dlopen'ed library's TLS may
- * be allocated on first use, and the handler also runs for faults of
- * threads that never copied for us). */
-#define GUARD_SLOTS 64
+/* Each thread that copies owns a slot here from its first copy to its
+ * exit (a thread-specific key's destructor frees it): its thread id,
+ * and, only while it copies, where to jump. A table, not a __thread
+ * variable, for the handler: it must not touch TLS (a dlopen'ed
+ * library's TLS may be allocated on first use, and the handler also runs
+ * for faults of threads that never copied for us). A copy then claims
+ * nothing: it stores a pointer and clears it, which the handler, running
+ * on the same thread, reads. More threads than slots copy through the
+ * system call. */
+#define GUARD_SLOTS 256
 static struct {
 	_Atomic pid_t tid;
 	sigjmp_buf *jb;
-} guards[GUARD_SLOTS];
+} __attribute__((aligned(64))) guards[GUARD_SLOTS];	/* a line each: threads
+							 * store into their own */
+_Static_assert(sizeof(guards[0]) == 64, "a guard slot per cache line");
 static struct sigaction guard_prev_segv, guard_prev_bus;
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static pthread_key_t guard_key;
 static bool guard_on;
-static __thread pid_t my_tid;
+static __thread int my_slot = -1;
 
 static void guard_handler(int sig, siginfo_t *si, void *uc)
 {
@@ -104,10 +112,11 @@ static void guard_handler(int sig, siginfo_t *si, void *uc)
 	pid_t tid = gettid();
 
 	for (int i = 0; i < GUARD_SLOTS; i++) {
-		if (atomic_load_explicit(&guards[i].tid, memory_order_acquire) == tid) {
+		if (atomic_load_explicit(&guards[i].tid, memory_order_relaxed) == tid &&
+		    guards[i].jb) {
 			sigjmp_buf *jb = guards[i].jb;
 
-			atomic_store_explicit(&guards[i].tid, 0, memory_order_release);
+			guards[i].jb = NULL;
 			siglongjmp(*jb, 1);
 		}
 	}
@@ -125,12 +134,32 @@ static void guard_handler(int sig, siginfo_t *si, void *uc)
 	prev->sa_handler(sig);
 }
 
+/* A thread that owned a slot ends. */
+static void guard_release(void *v)
+{
+	int slot = (int)(uintptr_t)v - 1;
+
+	guards[slot].jb = NULL;
+	atomic_store_explicit(&guards[slot].tid, 0, memory_order_release);
+}
+
+/* In a forked child only the forking thread is left, under another
+ * thread id than the one its slot names: every slot is free again. */
+static void guard_child(void)
+{
+	memset(guards, 0, sizeof(guards));
+	my_slot = -1;
+	pthread_setspecific(guard_key, NULL);
+}
+
 static void guard_install(void)
 {
 	const char *mode = getenv("SOFTRNIC_SAFE_COPY");
 	struct sigaction sa;
 
 	if (mode && !strcmp(mode, "syscall"))
+		return;
+	if (pthread_key_create(&guard_key, guard_release))
 		return;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = guard_handler;
@@ -144,37 +173,51 @@ static void guard_install(void)
 		sigaction(SIGSEGV, &guard_prev_segv, NULL);
 		return;
 	}
+	pthread_atfork(NULL, NULL, guard_child);
 	guard_on = true;
 }
 
-/* memcpy, or -EFAULT if a page of either side is missing or protected;
- * -EAGAIN if every guard slot is taken (the caller copies another way). */
-static int guarded_copy(void *dst, const void *src, size_t len)
+/* This thread's slot, claimed at its first copy; -1 if none is free. */
+__attribute__((noinline)) static int guard_slot(void)
 {
-	sigjmp_buf jb;
-	pid_t tid = my_tid;
-	int slot = -1;
+	pid_t tid;
 
-	if (!tid)
-		tid = my_tid = gettid();
+	if (my_slot >= 0)
+		return my_slot;
+	tid = gettid();
 	for (int i = 0; i < GUARD_SLOTS; i++) {
 		int k = (int)(((unsigned int)tid + (unsigned int)i) % GUARD_SLOTS);
 		pid_t none = 0;
 
 		if (atomic_compare_exchange_strong(&guards[k].tid, &none, tid)) {
-			slot = k;
-			break;
+			if (pthread_setspecific(guard_key, (void *)(uintptr_t)(k + 1))) {
+				atomic_store(&guards[k].tid, 0);
+				return -1;
+			}
+			my_slot = k;
+			return k;
 		}
 	}
+	return -1;
+}
+
+/* memcpy, or -EFAULT if a page of either side is missing or protected;
+ * -EAGAIN if this thread has no guard slot (the caller copies another
+ * way). */
+static int guarded_copy(void *dst, const void *src, size_t len)
+{
+	sigjmp_buf jb;
+	int slot = guard_slot();
+
 	if (slot < 0)
 		return -EAGAIN;
 	if (sigsetjmp(jb, 0))
-		return -EFAULT;		/* the handler freed the slot */
+		return -EFAULT;		/* the handler cleared jb */
 	guards[slot].jb = &jb;
 	atomic_signal_fence(memory_order_seq_cst);
 	app_copy(dst, src, len);
 	atomic_signal_fence(memory_order_seq_cst);
-	atomic_store_explicit(&guards[slot].tid, 0, memory_order_release);
+	guards[slot].jb = NULL;
 	return 0;
 }
 

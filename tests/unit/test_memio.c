@@ -234,6 +234,56 @@ static void test_crashes(void **state)
 	assert_int_equal(WTERMSIG(st), SIGSEGV);
 }
 
+/* A process that copied, then forked: the child's faults are still
+ * caught (the thread id the guard names is the child's, not the one the
+ * forking thread had in its parent), in the child's first thread and in
+ * a thread it starts. */
+static void *fork_copier(void *arg)
+{
+	uint8_t b[16];
+
+	(void)arg;
+	return (void *)(uintptr_t)(mem_read(b, (uintptr_t)hole, sizeof(b)) == -EFAULT);
+}
+
+static void forked(void)
+{
+	uint8_t good[16] = { 7 }, b[16];
+	pthread_t t;
+	void *ok = NULL;
+	pid_t pid;
+	int st = 0;
+
+	hole = mmap(NULL, (size_t)page(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHILD_CHECK(0, hole != MAP_FAILED);
+	CHILD_CHECK(1, mem_read(b, (uintptr_t)good, sizeof(b)) == 0);	/* guard in use */
+	CHILD_CHECK(2, mem_read(b, (uintptr_t)hole, sizeof(b)) == -EFAULT);
+	pid = fork();
+	CHILD_CHECK(3, pid >= 0);
+	if (pid == 0) {
+		CHILD_CHECK(4, mem_read(b, (uintptr_t)hole, sizeof(b)) == -EFAULT);
+		CHILD_CHECK(5, mem_read(b, (uintptr_t)good, sizeof(b)) == 0 && b[0] == 7);
+		CHILD_CHECK(6, pthread_create(&t, NULL, fork_copier, NULL) == 0);
+		pthread_join(t, &ok);
+		CHILD_CHECK(7, ok != NULL);
+		CHILD_CHECK(8, mem_write((uintptr_t)hole, good, sizeof(good)) == -EFAULT);
+		_exit(0);
+	}
+	CHILD_CHECK(9, waitpid(pid, &st, 0) == pid);
+	if (WIFSIGNALED(st))
+		_exit(1 + 10);		/* the grandchild crashed */
+	if (WEXITSTATUS(st))
+		_exit(WEXITSTATUS(st));
+	/* and the parent's guard still works */
+	CHILD_CHECK(11, mem_read(b, (uintptr_t)hole, sizeof(b)) == -EFAULT);
+}
+
+static void test_forked(void **state)
+{
+	(void)state;
+	expect_exit0(in_child(NULL, forked));
+}
+
 #ifdef SR_ASAN
 /* Under ASan, the application's side of a copy is the application's: a
  * range ASan holds to be poisoned (a program's unmapped buffer that ASan's
@@ -330,6 +380,7 @@ int main(void)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_chained),
 		cmocka_unit_test(test_crashes),
+		cmocka_unit_test(test_forked),
 		cmocka_unit_test(test_asan_app_side),
 		cmocka_unit_test(test_asan_own_side),
 	};
