@@ -6,6 +6,10 @@
  *           ownership of the message, also on error.
  *   ack   - optional: as send of a positive ACK for msn, without the
  *           message (the channel only notes that one is owed).
+ *   send_small - optional: as send of a small SEND or WRITE (struct
+ *           sr_small), without the message, written at once; -EAGAIN,
+ *           with nothing done, when it cannot go that way now (the
+ *           caller then builds the message and calls send).
  *   kick  - move queued messages. Called with no QP lock held; may deliver
  *           inbound messages to the core (qp_rx) in the caller's thread.
  *   close - the QP is going away or being reset: stop delivering to it
@@ -28,10 +32,25 @@ struct sr_cq;
 struct sr_qp;
 struct sr_chan;
 
+/* A whole SEND or WRITE of at most SR_SMALL_MAX bytes (send_small). */
+#define SR_SMALL_MAX 256
+struct sr_small {
+	uint8_t op;			/* SR_MSG_SEND or SR_MSG_WRITE */
+	uint32_t flags;			/* SR_MSGF_SE, _IMM, _INV (SEND) */
+	uint32_t msn;
+	uint32_t imm;			/* big-endian, as in sr_msg */
+	uint32_t inv_stag;
+	uint32_t stag;			/* WRITE */
+	uint64_t to;
+	const void *payload;		/* our own memory */
+	uint32_t len;
+};
+
 struct sr_chan_ops {
 	const char *name;
 	int (*send)(struct sr_chan *ch, struct sr_msg *m);
 	int (*ack)(struct sr_chan *ch, uint32_t msn);
+	int (*send_small)(struct sr_chan *ch, const struct sr_small *r);
 	void (*kick)(struct sr_chan *ch);
 	void (*close)(struct sr_chan *ch);
 	void (*free)(struct sr_chan *ch);

@@ -404,6 +404,37 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 	}
 }
 
+ssize_t shm_send_whole(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len)
+{
+	static const uint8_t own[4] = { SHM_OWN, SHM_OWN, SHM_OWN, SHM_OWN };
+	struct shm_link *l = tc->shm;
+	ssize_t k;
+
+	if (n > (int)ARRAY_SIZE(own)) {
+		errno = EINVAL;
+		return -1;
+	}
+	/* before the space of released records is written again */
+	shm_faults_locked(tc);
+	if (l->broken) {
+		errno = EPROTO;
+		return -1;
+	}
+	if (!shm_ring_fits(&l->tx, len))
+		return 0;
+	k = shm_ring_write(&l->tx, iov, own, n, &l->io, NULL, NULL);
+	if (k != (ssize_t)len) {
+		/* (fits said it would go whole: only a head the peer moved
+		 * back, or made impossible, says otherwise) */
+		l->broken = "corrupt ring (head)";
+		shm_self_wake(tc);
+		errno = EPROTO;
+		return -1;
+	}
+	wake_if(&l->tx.ctl->rx_sleep, l->efd_peer);
+	return k;
+}
+
 ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 {
 	struct shm_link *l = tc->shm;
@@ -529,11 +560,13 @@ __attribute__((destructor)) static void shm_stats_print(void)
 	    (!t && !s && !us && !ur && !atomic_load(&chan_stats.shm_refused)))
 		return;
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
-		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu\n",
+		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
+		"shm_direct %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
 		(unsigned long long)atomic_load(&chan_stats.shm_links),
 		(unsigned long long)atomic_load(&chan_stats.shm_refused),
-		(unsigned long long)us, (unsigned long long)ur);
+		(unsigned long long)us, (unsigned long long)ur,
+		(unsigned long long)atomic_load(&chan_stats.shm_direct));
 }

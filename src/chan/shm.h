@@ -35,6 +35,8 @@ struct tcp_chan;
 struct chan_stats {
 	_Atomic uint64_t tcp_fpdus;	/* FPDUs written to TCP sockets */
 	_Atomic uint64_t shm_fpdus;	/* ... and to shm rings */
+	_Atomic uint64_t shm_direct;	/* small requests written there
+					 * without a message (send_small) */
 	_Atomic uint64_t shm_pulled;	/* payload bytes pulled from peers */
 	_Atomic uint64_t shm_mapped;	/* ... copied from their memfds */
 	_Atomic uint64_t shm_links;	/* streams that moved to shm */
@@ -71,6 +73,10 @@ int shm_ctl(struct tcp_chan *tc, uint8_t status, const uint8_t *body, size_t len
 #define SHM_NO_MSN UINT32_MAX
 ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *kinds,
 		 const uint32_t *msns, int n);
+/* Write n pieces of our own bytes (len in all, a few FPDUs) to the ring
+ * as one record, whole or not at all: len, 0 if the ring has no room for
+ * it now, or -1 with errno (EPROTO: broken). tc->lock held. */
+ssize_t shm_send_whole(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len);
 /* Pieces the peer pulled and found gone (it read zeros) fail their WQE
  * as over TCP: their msns go to tc->faults (tcp_tx_faults tells the
  * QP). Call before answers from the peer are delivered. tc->lock held. */

@@ -129,6 +129,22 @@ static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *ad
 	return REMOTE_SIZE;
 }
 
+bool shm_ring_fits(struct shm_ring *r, size_t len)
+{
+	uint64_t need = SHM_REC_HDR + pad8(len) + SHM_REC_HDR, used;
+
+	if (len > SHM_REC_MAX)
+		return false;
+	if (r->size - (r->pos - r->seen_head) >= need && r->pos - r->seen_head <= r->size)
+		return true;
+	/* (as shm_ring_write: what we saw is never ahead of the truth) */
+	used = r->pos - atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+	if (used > r->size)
+		return false;	/* (corrupt: shm_ring_write says so) */
+	r->seen_head = r->pos - used;
+	return r->size - used >= need;
+}
+
 ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
 		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes)
 {

@@ -164,6 +164,10 @@ struct shm_rec_note {
 ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
 		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes);
 
+/* Producer: would len stream bytes of SHM_OWN pieces go now as one
+ * inline record, whole? (Then shm_ring_write writes them so.) */
+bool shm_ring_fits(struct shm_ring *r, size_t len);
+
 /* Producer: was the remote (or mapped) record at pos (already released:
  * pos is below the shared head) read as zeros? Only valid until that
  * space is written again. */

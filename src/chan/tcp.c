@@ -458,6 +458,7 @@ static const struct sr_chan_ops tcp_ops = {
 	.name = "tcp",
 	.send = tcp_send,
 	.ack = tcp_ack,
+	.send_small = tcp_send_small,
 	.kick = tcp_kick,
 	.close = tcp_close,
 	.free = tcp_free,

@@ -316,6 +316,7 @@ void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly);
 /* tcp_tx.c: caller holds tc->lock for the _locked ones */
 int tcp_send(struct sr_chan *ch, struct sr_msg *m);
 int tcp_ack(struct sr_chan *ch, uint32_t msn);
+int tcp_send_small(struct sr_chan *ch, const struct sr_small *r);
 void tcp_kick(struct sr_chan *ch);
 /* Flush now, whatever is in flight (the receive path, after answers). */
 void tcp_kick_now(struct tcp_chan *tc);

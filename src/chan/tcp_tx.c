@@ -140,6 +140,33 @@ static uint32_t fpdu_crc(const struct iovec *iov, int n, size_t pad, bool app)
 	return mpa_crc_final(s);
 }
 
+/* The header of a SEND's FPDU(s): the opcode says solicited event and
+ * invalidate (RFC 5040 §4.3), or immediate data (src/wire/srext.h). */
+static void send_hdr(const struct tcp_chan *tc, uint32_t flags, uint32_t imm, uint32_t inv_stag,
+		     struct ddp_hdr *h)
+{
+	h->qn = DDP_QN_SEND;
+	h->msn = tc->tx_msn[DDP_QN_SEND];
+	if (flags & SR_MSGF_IMM) {
+		h->opcode = (flags & SR_MSGF_SE) ? SR_EXT_SEND_SE_IMM : SR_EXT_SEND_IMM;
+		h->inv_stag = be32toh(imm);
+	} else if (flags & SR_MSGF_INV) {
+		h->opcode = (flags & SR_MSGF_SE) ? RDMAP_SEND_SE_INV : RDMAP_SEND_INV;
+		h->inv_stag = inv_stag;
+	} else {
+		h->opcode = (flags & SR_MSGF_SE) ? RDMAP_SEND_SE : RDMAP_SEND;
+	}
+}
+
+/* The header of softrnic's ACK or RNR (src/wire/srext.h). */
+static void ack_hdr(uint8_t opcode, uint32_t msn, uint8_t status, struct ddp_hdr *h)
+{
+	h->opcode = opcode;
+	h->qn = SR_EXT_QN;
+	h->msn = msn;
+	h->mo = status;
+}
+
 /* Encode the next FPDU of tc->cur into slot s. Caller holds tc->lock.
  * Returns false (and drops the message) if it cannot be encoded. */
 static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
@@ -155,18 +182,8 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 
 	switch (m->op) {
 	case SR_MSG_SEND:
-		h.qn = DDP_QN_SEND;
-		h.msn = tc->tx_msn[DDP_QN_SEND];
+		send_hdr(tc, m->flags, m->imm, m->inv_stag, &h);
 		h.mo = tc->cur_off;
-		if (m->flags & SR_MSGF_IMM) {
-			h.opcode = (m->flags & SR_MSGF_SE) ? SR_EXT_SEND_SE_IMM : SR_EXT_SEND_IMM;
-			h.inv_stag = be32toh(m->imm);
-		} else if (m->flags & SR_MSGF_INV) {
-			h.opcode = (m->flags & SR_MSGF_SE) ? RDMAP_SEND_SE_INV : RDMAP_SEND_INV;
-			h.inv_stag = m->inv_stag;
-		} else {
-			h.opcode = (m->flags & SR_MSGF_SE) ? RDMAP_SEND_SE : RDMAP_SEND;
-		}
 		chunk = sr_min(m->len - tc->cur_off, seg_max(DDP_UNTAGGED_HDR_LEN));
 		h.last = tc->cur_off + chunk == m->len;
 		if (h.last)
@@ -264,10 +281,7 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 			hl = rdmap_term_encode(p + DDP_UNTAGGED_HDR_LEN, cap - DDP_UNTAGGED_HDR_LEN, &t);
 			blen = hl > 0 ? (size_t)hl : 0;
 		} else {
-			h.opcode = m->op == SR_MSG_ACK ? SR_EXT_ACK : SR_EXT_RNR;
-			h.qn = SR_EXT_QN;
-			h.msn = m->msn;
-			h.mo = m->status;
+			ack_hdr(m->op == SR_MSG_ACK ? SR_EXT_ACK : SR_EXT_RNR, m->msn, m->status, &h);
 		}
 		if (m->op != SR_MSG_RNR)
 			rsp_take(tc, m->msn);	/* a failed READ gets no response */
@@ -669,6 +683,111 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	}
 	pthread_mutex_unlock(&tc->lock);
 	return 0;
+}
+
+/* One FPDU whose header (h) goes at p, after its ULPDU_Length field,
+ * and whose payload (plen bytes at pl) follows it elsewhere: sets the
+ * length field, writes pad and CRC at trl; returns the header's length
+ * with the length field, or -1. */
+static ssize_t small_fpdu(const struct tcp_chan *tc, uint8_t *p, size_t cap, const struct ddp_hdr *h,
+			  const void *pl, size_t plen, uint8_t *trl, size_t *trl_len)
+{
+	ssize_t hl = sr_ext_opcode(h->opcode) ? sr_ext_hdr_encode(p + MPA_ULPDU_LEN_SIZE,
+								   cap - MPA_ULPDU_LEN_SIZE, h)
+					      : ddp_hdr_encode(p + MPA_ULPDU_LEN_SIZE,
+							       cap - MPA_ULPDU_LEN_SIZE, h);
+	size_t ulen;
+	uint32_t crc = 0;
+
+	if (hl < 0)
+		return -1;
+	ulen = (size_t)hl + plen;
+	p[0] = (uint8_t)(ulen >> 8);
+	p[1] = (uint8_t)ulen;
+	if (tc->crc) {
+		struct iovec v[2] = {
+			{ p, MPA_ULPDU_LEN_SIZE + (size_t)hl }, { (void *)pl, plen },
+		};
+
+		crc = fpdu_crc(v, plen ? 2 : 1, mpa_pad(ulen), false);
+	}
+	*trl_len = mpa_fpdu_trailer(trl, ulen, crc);
+	return MPA_ULPDU_LEN_SIZE + hl;
+}
+
+/* A small request straight into the ring (chan.h, send_small): the bytes
+ * tcp_send and tcp_flush_locked would write for it, and for the ACK owed
+ * before it, without a message, a slot or the iovec arrays. Only on a
+ * same-host stream that is up with nothing else to write (the order of
+ * the stream), and only when the ring takes it whole; -EAGAIN otherwise,
+ * with nothing changed. */
+int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
+{
+	struct tcp_chan *tc = to_tc(ch);
+	uint8_t hb[2 * (MPA_ULPDU_LEN_SIZE + DDP_HDR_MAX) + MPA_TRAILER_MAX];
+	uint8_t trl[MPA_TRAILER_MAX];
+	struct ddp_hdr ah = { .last = true }, h = { .last = true };
+	struct iovec iov[3];
+	size_t off = 0, tl = 0, len;
+	ssize_t k;
+	bool ack;
+	int n = 0;
+
+	pthread_mutex_lock(&tc->lock);
+	if (!tc->shm_tx || !tc->ext || tc->state != TS_UP || tc->closed || tc->tx_gate ||
+	    tc->shm_hold_until || tc->shm_sw_pending || tc->cur || !sr_list_empty(&tc->txq) ||
+	    tc->slot_head != tc->slot_tail || tc->nfaults || tc->tx_written)
+		goto again;
+	ack = tc->ack_pending;
+	if (ack) {
+		ack_hdr(SR_EXT_ACK, tc->ack_msn, SR_ST_OK, &ah);
+		k = small_fpdu(tc, hb, sizeof(hb), &ah, NULL, 0, trl, &tl);
+		if (k < 0)
+			goto again;
+		memcpy(hb + k, trl, tl);
+		off = (size_t)k + tl;
+	}
+	if (r->op == SR_MSG_SEND) {
+		send_hdr(tc, r->flags, r->imm, r->inv_stag, &h);
+	} else {
+		h.tagged = true;
+		h.opcode = RDMAP_WRITE;
+		h.stag = r->stag;
+		h.to = r->to;
+	}
+	k = small_fpdu(tc, hb + off, sizeof(hb) - off, &h, r->payload, r->len, trl, &tl);
+	if (k < 0)
+		goto again;
+	iov[n++] = (struct iovec){ hb, off + (size_t)k };
+	if (r->len)
+		iov[n++] = (struct iovec){ (void *)r->payload, r->len };
+	iov[n++] = (struct iovec){ trl, tl };
+	len = off + (size_t)k + r->len + tl;
+	if (shm_send_whole(tc, iov, n, len) <= 0)
+		goto again;	/* (broken: the usual way queues it, and the
+				 * stream's end fails it) */
+	/* written: what tcp_send, tx_encode and the flush note */
+	tx_busy_locked(tc);
+	if (ack) {
+		tc->ack_pending = false;
+		rsp_take(tc, tc->ack_msn);
+		chan_stat_inc(&chan_stats.shm_fpdus);
+	}
+	if (r->op == SR_MSG_SEND)
+		tc->tx_msn[DDP_QN_SEND]++;
+	tc->tx_req_msn = r->msn + 1;
+	tc->tx_any = true;
+	chan_stat_inc(&chan_stats.shm_fpdus);
+	chan_stat_inc(&chan_stats.shm_direct);
+	tc->tx_urgent = false;
+	/* (the write may have found faults of earlier records to report) */
+	atomic_store_explicit(&tc->tx_idle, !tc->rx_paused && !tc->nfaults && !tc->tx_written,
+			      memory_order_relaxed);
+	pthread_mutex_unlock(&tc->lock);
+	return 0;
+again:
+	pthread_mutex_unlock(&tc->lock);
+	return -EAGAIN;
 }
 
 /* tcp_send of a positive ACK, without the message: the same steps. */

@@ -347,6 +347,47 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
 	return m;
 }
 
+/* A small SEND or WRITE of an RC QP whose peer acks, handed to the
+ * channel without a message (chan.h, send_small): 0 once written; else
+ * nothing was done, and the WQE goes the usual way (which also reports
+ * what made its gather fail). */
+static int sq_small(struct sr_qp *qp, struct sr_swqe *w)
+{
+	uint8_t buf[SR_SMALL_MAX];
+	struct sr_small r = {
+		.op = SR_MSG_SEND, .msn = w->msn, .len = (uint32_t)w->length, .payload = buf,
+		.flags = (w->flags & IBV_SEND_SOLICITED) ? SR_MSGF_SE : 0,
+	};
+
+	if (!qp->chan->ops->send_small || w->length > SR_SMALL_MAX || !qp->chan->acks ||
+	    qp_type(qp) != IBV_QPT_RC)
+		return -EAGAIN;
+	switch (w->opcode) {
+	case IBV_WR_SEND:
+		break;
+	case IBV_WR_SEND_WITH_IMM:
+		r.flags |= SR_MSGF_IMM;
+		r.imm = w->imm;
+		break;
+	case IBV_WR_SEND_WITH_INV:
+		r.flags |= SR_MSGF_INV;
+		r.inv_stag = w->inv_rkey;
+		break;
+	case IBV_WR_RDMA_WRITE:
+		r.op = SR_MSG_WRITE;
+		r.stag = w->rkey;
+		r.to = w->remote_addr;
+		break;
+	default:
+		return -EAGAIN;
+	}
+	if (w->flags & IBV_SEND_INLINE)
+		r.payload = w->inl;
+	else if (gather(qp, w, buf) != IBV_WC_SUCCESS)
+		return -EAGAIN;
+	return qp->chan->ops->send_small(qp->chan, &r);
+}
+
 /* RFC 7306: a WRITE with immediate is the WRITE, then an Immediate Data
  * request that consumes a receive WQE at the responder. */
 static int sq_send_imm(struct sr_qp *qp, struct sr_swqe *w)
@@ -455,6 +496,12 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		    reads_out(qp) >= qp->chan->max_reads)
 			break;
 		w->msn_first = w->msn = qp->ssn;
+		if (!sq_small(qp, w)) {
+			qp->ssn++;
+			qp->sq_next++;
+			w->state = SR_WQE_SENT;
+			continue;
+		}
 		m = build_msg(qp, w, &st);
 		if (!m) {
 			if (st == IBV_WC_SUCCESS)

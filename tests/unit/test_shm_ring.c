@@ -381,6 +381,45 @@ static void full_ring(void **state)
 	assert_memory_equal(big, out, sizeof(big));
 }
 
+/* shm_ring_fits says whether pieces go whole as one inline record now
+ * (the channel's small requests, tcp_send_small, rely on it): exactly at
+ * the edge of the room, after the consumer released (a head the producer
+ * must read again), and never for an impossible head. */
+static void fits_whole(void **state)
+{
+	struct fixture *f = *state;
+	static uint8_t buf[RING], out[RING];
+	uint8_t k[3] = { SHM_OWN, SHM_OWN, SHM_OWN };
+	struct iovec v[3] = { { "ab", 2 }, { buf, 90 }, { "cdefgh", 6 } };
+	size_t n = 0;
+
+	/* record header, padded body, the cleared word after it */
+	assert_true(shm_ring_fits(&f->tx, RING - 16));
+	assert_false(shm_ring_fits(&f->tx, RING - 15));
+	assert_false(shm_ring_fits(&f->tx, SHM_REC_MAX + 1));
+	memset(buf, 0x3c, sizeof(buf));
+	assert_true(shm_ring_fits(&f->tx, 98));
+	assert_int_equal(shm_ring_write(&f->tx, v, k, 3, &io, NULL, NULL), 98);
+	assert_false(shm_ring_empty_at(&f->rx, 0));
+	assert_true(shm_ring_empty_at(&f->rx, SHM_REC_HDR + 104));	/* one record */
+	while (shm_ring_fits(&f->tx, 200)) {
+		assert_int_equal(put1(f, buf, 200, SHM_OWN), 200);
+		n++;
+	}
+	assert_true(n > 10);
+	assert_true(put1(f, buf, 200, SHM_OWN) < 200);	/* would not have gone whole */
+	while (get1(f, out, sizeof(out)) > 0)
+		;
+	/* released: fits reads the head again */
+	assert_true(shm_ring_fits(&f->tx, RING - 16 - 256));
+	/* more than half written since, and more asked than that leaves: the
+	 * head is read, and is impossible */
+	assert_int_equal(put1(f, buf, RING - 1024, SHM_OWN), RING - 1024);
+	atomic_store(&f->ctl.head, f->tx.pos + 8);	/* ahead of the tail */
+	assert_false(shm_ring_fits(&f->tx, 1200));
+	assert_int_equal(put1(f, buf, 1200, SHM_OWN), -EPROTO);
+}
+
 /* A reader stops in front of a remote record once it has bytes, so the
  * channel can place the payload after a header directly. */
 static void stops_before_remote(void **state)
@@ -797,6 +836,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(no_pull_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(model_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(full_ring, setup, teardown),
+		cmocka_unit_test_setup_teardown(fits_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(stops_before_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(app_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(pull_fault, setup, teardown),
