@@ -234,6 +234,8 @@ struct tcp_chan {
 	bool rx_poller;			/* a poller's pass (rx_lock) */
 	bool rx_ans_new;		/* answers came in this pass, up to */
 	uint32_t rx_ans_got;		/* ... this request (for rx_ans_msn) */
+	bool rx_ack_owed;		/* the QP owes a positive ACK, up to */
+	uint32_t rx_ack_msn;		/* ... this request (tcp_ack) */
 
 	/* The same-host channel (shm.c): the rings, once offered or
 	 * accepted; each direction moves at one point of its stream. */
@@ -316,6 +318,10 @@ void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly);
 /* tcp_tx.c: caller holds tc->lock for the _locked ones */
 int tcp_send(struct sr_chan *ch, struct sr_msg *m);
 int tcp_ack(struct sr_chan *ch, uint32_t msn);
+/* tcp_rx.c: the stream this thread's receive pass is delivering for, and
+ * what such a pass noted, told to the transmit side (both locks held). */
+extern __thread struct tcp_chan *tcp_rx_pass;
+void ans_apply_locked(struct tcp_chan *tc);
 int tcp_send_small(struct sr_chan *ch, const struct sr_small *r);
 void tcp_kick(struct sr_chan *ch);
 /* Flush now, whatever is in flight (the receive path, after answers). */
