@@ -397,15 +397,19 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 	       uint64_t va, uint64_t len, int need, bool remote,
 	       struct sr_mref *out);
 void mr_release(struct sr_mref *r);
-/* What a local read through an lkey needs, remembered by a QP so that its
- * next gather with the same key takes no lock and no reference (sq.c):
- * the region's bounds and where they are in our memory, valid while
- * mr_gen() still reads gen, read before the look-up (every
+/* What an access through an lkey needs, remembered by a QP so that its
+ * next one with the same key takes no lock and no reference: the
+ * region's bounds, rights and PD and where it is in our memory, valid
+ * while mr_gen() still reads gen, read before the look-up (every
  * deregistration and re-registration in the process moves it once the
- * region is out of the key table or changed, before it returns). */
+ * region is out of the key table or changed, before it returns). A
+ * gather reads through it (sq.c); a receive writes through it only with
+ * mem_write_at_gen, which deregistration waits for (rx.c). */
 struct sr_lkey_span {
 	uint32_t key;			/* 0: nothing remembered */
 	bool implicit;			/* the whole address space */
+	int access;			/* IBV_ACCESS_* of the region */
+	const struct sr_pd *pd;
 	uint64_t gen;
 	uint64_t iova, length;
 	uintptr_t vaddr;		/* where iova is */
@@ -441,6 +445,14 @@ int mw_invalidate(struct sr_context *ctx, struct sr_pd *pd, uint32_t rkey);
  * read-only page gives -EFAULT rather than a crash. */
 int mem_read(void *dst, uintptr_t src, size_t len);
 int mem_write(uintptr_t dst, const void *src, size_t len);
+/* mem_write into a region remembered at MR generation gen (struct
+ * sr_lkey_span): -EAGAIN, with nothing written, once the generation has
+ * moved (look the key up again) or where such writes cannot be told
+ * apart (SOFTRNIC_SAFE_COPY=syscall). mem_quiesce, called by whoever
+ * moves the generation, returns once every such write that may have
+ * seen the old one has ended. */
+int mem_write_at_gen(uintptr_t dst, const void *src, size_t len, uint64_t gen);
+void mem_quiesce(void);
 /* The same for a resolved range, which may be another process's
  * (sr_mref.xmr): copies there go through process_vm_readv/writev. */
 int mref_read(const struct sr_mref *r, void *dst, size_t len);

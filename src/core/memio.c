@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -96,6 +97,9 @@ static int pvm_copy(bool write, uintptr_t app, void *buf, size_t len)
 #define GUARD_SLOTS 256
 static struct {
 	_Atomic pid_t tid;
+	/* odd while the thread writes through a remembered region
+	 * (mem_write_at_gen), which mem_quiesce waits out */
+	_Atomic uint32_t pseq;
 	sigjmp_buf *jb;
 } __attribute__((aligned(64))) guards[GUARD_SLOTS];	/* a line each: threads
 							 * store into their own */
@@ -219,6 +223,46 @@ static int guarded_copy(void *dst, const void *src, size_t len)
 	atomic_signal_fence(memory_order_seq_cst);
 	guards[slot].jb = NULL;
 	return 0;
+}
+
+int mem_write_at_gen(uintptr_t dst, const void *src, size_t len, uint64_t gen)
+{
+	int slot, ret;
+	uint32_t seq;
+
+	pthread_once(&guard_once, guard_install);
+	if (!guard_on || (slot = guard_slot()) < 0)
+		return -EAGAIN;
+#ifdef SR_ASAN
+	__asan_loadN((uintptr_t)src, len);
+#endif
+	/* Dekker with mem_quiesce: we say we write, then look at the
+	 * generation; it moves the generation, then looks at us. */
+	seq = atomic_load_explicit(&guards[slot].pseq, memory_order_relaxed);
+	atomic_store_explicit(&guards[slot].pseq, seq + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (mr_gen() != gen)
+		ret = -EAGAIN;
+	else
+		ret = guarded_copy((void *)dst, src, len);
+	atomic_store_explicit(&guards[slot].pseq, seq + 2, memory_order_release);
+	return ret;
+}
+
+void mem_quiesce(void)
+{
+	/* (every slot, installed or not: a few microseconds, once per
+	 * deregistration) */
+	atomic_thread_fence(memory_order_seq_cst);
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		uint32_t seq = atomic_load_explicit(&guards[i].pseq, memory_order_acquire);
+
+		if (!(seq & 1))
+			continue;
+		/* (a write of at most a receive's size, or a fault) */
+		while (atomic_load_explicit(&guards[i].pseq, memory_order_acquire) == seq)
+			sched_yield();
+	}
 }
 
 static int safe_copy(bool write, uintptr_t app, void *buf, size_t len)

@@ -196,6 +196,7 @@ int mr_dereg(struct sr_mr *holder)
 	xspace_unpub(s, mr->ibmr.lkey);
 	keytab_remove(&s->keys, mr->ibmr.lkey);
 	mr_gen_bump();
+	mem_quiesce();		/* receives writing through a remembered key */
 	mr_wait_idle(&mr->users, 0);
 	if (mr->mapped)
 		shm_map_unreg((void *)mr->vaddr, (size_t)mr->length);
@@ -338,6 +339,7 @@ int mr_rereg(struct sr_mr *mr, int flags, struct sr_pd *pd, void *addr,
 	}
 	pthread_rwlock_unlock(&space->keys.lock);
 	mr_gen_bump();
+	mem_quiesce();		/* ... through the old translation */
 	xspace_pub(space, mr->ibmr.lkey, mr->pd, mr);
 	return 0;
 }
@@ -439,8 +441,9 @@ int mr_span(struct sr_context *ctx, struct sr_pd *pd, uint32_t key, uint64_t va,
 		ret = -EAGAIN;		/* (xspace_mr_live on every access) */
 		goto out;
 	}
-	*sp = (struct sr_lkey_span){ .key = key, .implicit = mr->implicit, .gen = gen,
-				     .iova = mr->iova, .length = mr->length, .vaddr = mr->vaddr };
+	*sp = (struct sr_lkey_span){ .key = key, .implicit = mr->implicit, .access = mr->access,
+				     .pd = pd, .gen = gen, .iova = mr->iova,
+				     .length = mr->length, .vaddr = mr->vaddr };
 	ret = 0;
 out:
 	pthread_rwlock_unlock(&t->lock);

@@ -91,6 +91,34 @@ static void recv_complete(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m,
 }
 
 /* Scatter a SEND payload into a receive WQE. */
+/* Write n bytes through the receive SGE s by the QP's remembered region
+ * (qp->rspan), looking the key up once if it is not the one remembered:
+ * 0, -EFAULT (a bad page), or -EAGAIN (not this way: the caller takes a
+ * reference). */
+static int rspan_write(struct sr_qp *qp, const struct ibv_sge *s, const uint8_t *src, uint32_t n)
+{
+	struct sr_lkey_span *sp = &qp->rspan;
+	const struct sr_pd *pd = qp_rx_pd(qp);
+
+	for (int tries = 0; tries < 2; tries++) {
+		int ret;
+
+		if (sp->key == s->lkey && sp->pd == pd && (sp->access & IBV_ACCESS_LOCAL_WRITE) &&
+		    (sp->implicit || (s->addr >= sp->iova && n <= sp->length &&
+				      s->addr - sp->iova <= sp->length - n))) {
+			ret = mem_write_at_gen(sp->vaddr + (uintptr_t)(s->addr - sp->iova), src, n,
+					       sp->gen);
+			if (ret != -EAGAIN)
+				return ret;
+		}
+		if (tries || mr_span(qp_rx_ctx(qp), qp_rx_pd(qp), s->lkey, s->addr, n, sp)) {
+			sp->key = 0;
+			return -EAGAIN;
+		}
+	}
+	return -EAGAIN;
+}
+
 static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m)
 {
 	uint64_t room = 0, off = 0;
@@ -106,6 +134,13 @@ static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr
 
 		if (!n)
 			continue;
+		switch (rspan_write(qp, s, m->payload + off, n)) {
+		case 0:
+			off += n;
+			continue;
+		case -EFAULT:
+			return IBV_WC_LOC_PROT_ERR;
+		}
 		if (mr_resolve(qp_rx_ctx(qp), qp_rx_pd(qp), s->lkey, s->addr, n,
 			       IBV_ACCESS_LOCAL_WRITE, false, &ref))
 			return IBV_WC_LOC_PROT_ERR;

@@ -304,6 +304,90 @@ static void lkey_changes(void)
 	exit(0);
 }
 
+/* ... and the last lkey it received into (no lock, no reference on the
+ * next receive through it): a receive after a re-registration lands in
+ * the new translation, one through a deregistered key fails and writes
+ * nothing, however recently the key was used. */
+static void recv_lkey_changes(void)
+{
+	struct tctx t;
+	struct pair p;
+	struct buf src, d;
+	uint8_t *moved = aligned_alloc(4096, 8192), *old;
+	struct ibv_wc wc;
+	uint32_t dead;
+
+	CHECK(moved, "alloc");
+	simple_pair(&t, &p);
+	buf_alloc(&t, &src, 4096, ACC_ALL);
+	buf_alloc(&t, &d, 4096, ACC_ALL);
+	fill_pattern(src.p, 4096, 21);
+	old = d.p;
+	for (uint64_t id = 1; id <= 2; id++) {
+		memset(d.p, 0, 4096);
+		CHECK(send_sync(&p, src.p + id * 100, 300, src.mr->lkey, &d, id) == IBV_WC_SUCCESS,
+		      "SEND %llu", (unsigned long long)id);
+		check_bytes(d.p, src.p + id * 100, 300, "received (the remembered key)");
+	}
+	/* the same key, another translation */
+	memset(old, 0xee, 4096);
+	memset(moved, 0xdd, 8192);
+	CHECK(ibv_rereg_mr(d.mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, moved, 8192, ACC_ALL) == 0,
+	      "rereg CHANGE_TRANSLATION");
+	post_recv1(p.b.qp, 3, moved + 5000, 1000, d.mr->lkey);
+	CHECK(post_send1(p.a.qp, IBV_WR_SEND, 3, src.p, 300, src.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
+			 0) == 0, "post SEND");
+	expect_wc(p.a.scq, &wc, 3, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND after rereg");
+	expect_wc(p.b.rcq, &wc, 3, IBV_WC_SUCCESS, IBV_WC_RECV, "receive after rereg");
+	check_bytes(moved + 5000, src.p, 300, "received into the new translation");
+	check_filled(moved, 0xdd, 5000, "the new translation before the receive");
+	check_filled(old, 0xee, 4096, "the old translation");
+	/* deregistered: nothing is written through the dead key */
+	dead = d.mr->lkey;
+	CHECK(ibv_dereg_mr(d.mr) == 0, "dereg");
+	d.mr = NULL;
+	memset(moved, 0xdd, 8192);
+	post_recv1(p.b.qp, 4, moved, 1000, dead);
+	CHECK(post_send1(p.a.qp, IBV_WR_SEND, 4, src.p, 300, src.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
+			 0) == 0, "post SEND");
+	CHECK(poll_one(p.b.rcq, &wc, DEADLINE_MS), "no receive completion");
+	CHECK(wc.wr_id == 4 && wc.status == IBV_WC_LOC_PROT_ERR,
+	      "receive through a deregistered lkey: wr_id %llu %s, want LOC_PROT_ERR",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	check_filled(moved, 0xdd, 8192, "memory behind a deregistered lkey");
+	check_filled(old, 0xee, 4096, "the old translation");
+	exit(0);
+}
+
+/* A re-registration that takes the local write right away: the next
+ * receive through the remembered key fails and writes nothing. */
+static void recv_access_change(void)
+{
+	struct tctx t;
+	struct pair p;
+	struct buf src, d;
+	struct ibv_wc wc;
+
+	simple_pair(&t, &p);
+	buf_alloc(&t, &src, 4096, ACC_ALL);
+	buf_alloc(&t, &d, 4096, ACC_ALL);
+	fill_pattern(src.p, 4096, 22);
+	CHECK(send_sync(&p, src.p, 300, src.mr->lkey, &d, 1) == IBV_WC_SUCCESS, "SEND");
+	check_bytes(d.p, src.p, 300, "received");
+	CHECK(ibv_rereg_mr(d.mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, 0) == 0,
+	      "rereg CHANGE_ACCESS to none");
+	memset(d.p, 0xdd, 4096);
+	post_recv1(p.b.qp, 2, d.p, 1000, d.mr->lkey);
+	CHECK(post_send1(p.a.qp, IBV_WR_SEND, 2, src.p, 300, src.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
+			 0) == 0, "post SEND");
+	CHECK(poll_one(p.b.rcq, &wc, DEADLINE_MS), "no receive completion");
+	CHECK(wc.wr_id == 2 && wc.status == IBV_WC_LOC_PROT_ERR,
+	      "receive into a region without local write: wr_id %llu %s, want LOC_PROT_ERR",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	check_filled(d.p, 0xdd, 4096, "a region without local write");
+	exit(0);
+}
+
 static void dmabuf(void)
 {
 	struct tctx t;
@@ -771,7 +855,7 @@ static void mr_mapped(void)
 static const struct subtest tests[] = {
 	SUBTEST(pd_busy),	   SUBTEST(cq_busy),	  SUBTEST(channel_busy),
 	SUBTEST(srq_busy),	   SUBTEST(mr_keys),	  SUBTEST(reg_mr_access),
-	SUBTEST(rereg_mr),	   SUBTEST(lkey_changes),  SUBTEST(dmabuf),	  SUBTEST(odp),
+	SUBTEST(rereg_mr),	   SUBTEST(lkey_changes),  SUBTEST(recv_lkey_changes), SUBTEST(recv_access_change),  SUBTEST(dmabuf),	  SUBTEST(odp),
 	SUBTEST(channel_nonblock), SUBTEST(cq_events),	  SUBTEST(cq_ex),
 	SUBTEST(resize_cq),	   SUBTEST(srq),	  SUBTEST(srq_last_wqe),
 	SUBTEST(mr_mapped),

@@ -234,6 +234,41 @@ static void test_crashes(void **state)
 	assert_int_equal(WTERMSIG(st), SIGSEGV);
 }
 
+/* Writes through a remembered region (mem_write_at_gen): at the current
+ * MR generation they write (or fail with -EFAULT on a bad page); at any
+ * other, or without the guard, they write nothing and say -EAGAIN. With
+ * none in flight, mem_quiesce returns at once. */
+static void at_gen(void)
+{
+	uint8_t *m = mmap(NULL, (size_t)page(), PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t src[16];
+	uint64_t gen = mr_gen();
+	bool guard = !getenv("SOFTRNIC_SAFE_COPY");
+
+	CHILD_CHECK(0, m != MAP_FAILED);
+	memset(src, 0x42, sizeof(src));
+	CHILD_CHECK(1, mem_write_at_gen((uintptr_t)m + 8, src, sizeof(src), gen + 1) == -EAGAIN);
+	CHILD_CHECK(2, m[8] == 0);
+	CHILD_CHECK(3, mem_write_at_gen((uintptr_t)m + 8, src, sizeof(src), gen) ==
+			       (guard ? 0 : -EAGAIN));
+	CHILD_CHECK(4, m[8] == (guard ? 0x42 : 0) && m[23] == (guard ? 0x42 : 0) && m[24] == 0);
+	mem_quiesce();
+	CHILD_CHECK(5, mprotect(m, (size_t)page(), PROT_READ) == 0);
+	CHILD_CHECK(6, mem_write_at_gen((uintptr_t)m, src, sizeof(src), gen) ==
+			       (guard ? -EFAULT : -EAGAIN));
+	mem_quiesce();		/* (the fault ended that write too) */
+	CHILD_CHECK(7, mem_write_at_gen((uintptr_t)m + 100, src, 1, gen) == (guard ? -EFAULT : -EAGAIN));
+	munmap(m, (size_t)page());
+}
+
+static void test_at_gen(void **state)
+{
+	(void)state;
+	expect_exit0(in_child(NULL, at_gen));
+	expect_exit0(in_child("syscall", at_gen));
+}
+
 /* A process that copied, then forked: the child's faults are still
  * caught (the thread id the guard names is the child's, not the one the
  * forking thread had in its parent), in the child's first thread and in
@@ -381,6 +416,7 @@ int main(void)
 		cmocka_unit_test(test_chained),
 		cmocka_unit_test(test_crashes),
 		cmocka_unit_test(test_forked),
+		cmocka_unit_test(test_at_gen),
 		cmocka_unit_test(test_asan_app_side),
 		cmocka_unit_test(test_asan_own_side),
 	};
