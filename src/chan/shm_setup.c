@@ -409,16 +409,19 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 		return "out of memory";
 	l->peer_pid = o->pid;
 	l->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)o->pid, 0);
-	if (l->pidfd < 0) {
-		why = "pidfd_open failed (another pid namespace?)";
-		goto fail;
+	if (l->pidfd >= 0) {
+		memfd = getfd(l->pidfd, o->memfd);
+		l->efd_peer = getfd(l->pidfd, o->efd_offerer);
+		l->efd_own = getfd(l->pidfd, o->efd_accepter);
 	}
-	memfd = getfd(l->pidfd, o->memfd);
-	l->efd_peer = getfd(l->pidfd, o->efd_offerer);
-	l->efd_own = getfd(l->pidfd, o->efd_accepter);
-	if ((memfd < 0 || l->efd_peer < 0 || l->efd_own < 0) && errno == EPERM) {
-		/* no ptrace access: ask the offerer's descriptor server */
+	if (l->pidfd < 0 ||
+	    ((memfd < 0 || l->efd_peer < 0 || l->efd_own < 0) && errno == EPERM)) {
+		/* No ptrace access, or no pidfd at all (a kernel before 5.3,
+		 * a seccomp profile, valgrind): ask the offerer's descriptor
+		 * server, which checks our uid and token, and whose pid we
+		 * check. Such a link never pulls (peer_alive needs the pidfd). */
 		int fds[3], side = -1;
+		bool nopidfd = l->pidfd < 0;
 
 		if (memfd >= 0)
 			close(memfd);
@@ -428,8 +431,10 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 			close(l->efd_own);
 		memfd = l->efd_peer = l->efd_own = -1;
 		if (fdsrv_fetch(o, fds, &side)) {
-			why = "pidfd_getfd not permitted (ptrace access), and the offerer's "
-			      "descriptor server did not answer";
+			why = nopidfd ? "pidfd_open failed (another pid namespace?), and the "
+					"offerer's descriptor server did not answer"
+				      : "pidfd_getfd not permitted (ptrace access), and the "
+					"offerer's descriptor server did not answer";
 			goto fail;
 		}
 		memfd = fds[0];

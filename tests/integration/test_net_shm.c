@@ -29,6 +29,11 @@
  *   mapping (shm_mapped), nothing pulled.
  * - shrink: neither side can shrink the rings' memfd (sealed), which
  *   would make the other SIGBUS.
+ * - no_pidfd: pidfd_open and pidfd_getfd fail with ENOSYS on both sides
+ *   (a seccomp filter: as under valgrind, in some sandboxes, on kernels
+ *   before 5.3): the accepter takes the rings from the offerer's
+ *   descriptor server, and the traffic of `used` goes through shared
+ *   memory, payloads inline.
  * - small: SENDs (plain, inline, with immediate) and WRITEs of 0 to 1000
  *   bytes, posted one by one and as one list, mixed: those of 256 bytes
  *   or less go into the ring straight from the post (shm_direct in the
@@ -321,6 +326,14 @@ static void sub_used(void)
 {
 	struct net_opts o = shm_opts();
 
+	net_fork_run(&o, used_a, used_b);
+}
+
+static void sub_no_pidfd(void)
+{
+	struct net_opts o = shm_opts();
+
+	o.no_pidfd = 1;
 	net_fork_run(&o, used_a, used_b);
 }
 
@@ -717,6 +730,7 @@ int main(int argc, char **argv)
 		{ "used", sub_used },
 		{ "off", sub_off },
 		{ "userns", sub_userns },
+		{ "no_pidfd", sub_no_pidfd },
 		{ "shrink", sub_shrink },
 		{ "corrupt", sub_corrupt },
 		{ "unmapped_in_flight", sub_unmapped },
