@@ -38,13 +38,21 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 cc -O2 -I "$ROOT/src" -o "$tmp/ring_lat" "$ROOT/bench/ring_lat.c" "$ROOT/src/chan/shm_ring.c" || exit 2
 
-# run BUILD COL PROG ARGS...: column COL of the client's result row
+# run BUILD COL PROG ARGS...: column COL of the client's result row (a
+# port another process holds, perftest's "Couldn't listen", is tried again
+# with another)
 run() {
-	local b=$1 col=$2 p=$((20000 + RANDOM % 30000))
+	local b=$1 col=$2 p
 	shift 2
-	timeout -k 5 60 "$b/bin/softrnic" run -- "$@" -d softrnic0 -p "$p" >"$tmp/srv" 2>&1 &
-	spid=$!
-	sleep 0.4
+	for _ in 1 2 3; do
+		p=$((20000 + RANDOM % 30000))
+		timeout -k 5 60 "$b/bin/softrnic" run -- "$@" -d softrnic0 -p "$p" >"$tmp/srv" 2>&1 &
+		spid=$!
+		sleep 0.4
+		grep -q "Couldn't listen" "$tmp/srv" || break
+		wait "$spid" 2>/dev/null
+		spid=
+	done
 	timeout -k 5 60 "$b/bin/softrnic" run -- "$@" -d softrnic0 -p "$p" 127.0.0.1 >"$tmp/cli" 2>&1
 	wait "$spid" 2>/dev/null
 	spid=

@@ -165,6 +165,31 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 	r->seen_head = head;
 	/* (the header word after the last record is cleared too) */
 	free = r->size - used < SHM_REC_HDR ? 0 : r->size - used - SHM_REC_HDR;
+	if (n <= 4) {
+		/* The common case, a few FPDUs of our own bytes (a small
+		 * message): one inline record, if it fits whole and does not
+		 * wrap, written without the general loop's bookkeeping. */
+		uint64_t len = 0, off = pos & (r->size - 1);
+		uint8_t *d;
+
+		for (i = 0; i < n && kinds[i] == SHM_OWN; i++)
+			len += iov[i].iov_len;
+		if (i == n && len && len <= SHM_REC_MAX && free >= SHM_REC_HDR + pad8(len) &&
+		    off + SHM_REC_HDR + len <= r->size) {
+			d = r->data + off + SHM_REC_HDR;
+			for (i = 0; i < n; i++) {
+				memcpy(d, iov[i].iov_base, iov[i].iov_len);
+				d += iov[i].iov_len;
+			}
+			r->pos = pos + SHM_REC_HDR + pad8(len);
+			put_hdr(r, pos, SHM_REC_INLINE, (uint32_t)len, r->pos);
+			atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
+			if (notes)
+				*nnotes = 0;
+			return (ssize_t)len;
+		}
+		i = 0;
+	}
 	while (i < n && !fault) {
 		uint64_t cap, len = 0, start = pos;
 

@@ -119,10 +119,6 @@ void note_answer(struct tcp_chan *tc, uint32_t msn)
 	tc->rx_ans_new = true;
 }
 
-/* The stream whose messages this thread is handing to their QP (rx_lock
- * held): a positive ACK the QP owes for them is noted in the stream's
- * receive state (tcp_ack), not under the channel lock once per message. */
-__thread struct tcp_chan *tcp_rx_pass;
 
 /* What the pass noted, for the transmit side: answers that came in, the
  * ACK we owe. Before the pass lets go of rx_lock: a program may have
@@ -640,9 +636,9 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				tcp_tx_faults(tc);
 		}
 		if (out.n) {
-			tcp_rx_pass = tc;
+			atomic_store_explicit(&tc->rx_pass, pthread_self(), memory_order_relaxed);
 			qp_rx_many(qp, out.m, out.n);
-			tcp_rx_pass = NULL;
+			atomic_store_explicit(&tc->rx_pass, 0, memory_order_relaxed);
 		}
 		if ((tc->rx_ans_new || tc->rx_ack_owed) && !(poller && out.n && !eof && !perr)) {
 			/* (a poller's pass does it below, with its other look) */

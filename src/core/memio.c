@@ -108,7 +108,6 @@ static struct sigaction guard_prev_segv, guard_prev_bus;
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
 static pthread_key_t guard_key;
 static bool guard_on;
-static __thread int my_slot = -1;
 
 static void guard_handler(int sig, siginfo_t *si, void *uc)
 {
@@ -152,7 +151,6 @@ static void guard_release(void *v)
 static void guard_child(void)
 {
 	memset(guards, 0, sizeof(guards));
-	my_slot = -1;
 	pthread_setspecific(guard_key, NULL);
 }
 
@@ -181,13 +179,16 @@ static void guard_install(void)
 	guard_on = true;
 }
 
-/* This thread's slot, claimed at its first copy; -1 if none is free. */
+/* This thread's slot, claimed at its first copy; -1 if none is free.
+ * (Kept as the key's value, not in a __thread variable: a shared
+ * library's TLS costs a __tls_get_addr call per look.) */
 __attribute__((noinline)) static int guard_slot(void)
 {
+	void *v = pthread_getspecific(guard_key);
 	pid_t tid;
 
-	if (my_slot >= 0)
-		return my_slot;
+	if (v)
+		return (int)(uintptr_t)v - 1;
 	tid = gettid();
 	for (int i = 0; i < GUARD_SLOTS; i++) {
 		int k = (int)(((unsigned int)tid + (unsigned int)i) % GUARD_SLOTS);
@@ -198,7 +199,6 @@ __attribute__((noinline)) static int guard_slot(void)
 				atomic_store(&guards[k].tid, 0);
 				return -1;
 			}
-			my_slot = k;
 			return k;
 		}
 	}
