@@ -206,6 +206,19 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 	case RDMAP_SEND_SE_INV:
 	case SR_EXT_SEND_IMM:
 	case SR_EXT_SEND_SE_IMM:
+		if (h.mo == 0 && h.last) {
+			/* a whole SEND in one FPDU: one block, one copy */
+			if (tc->as_untagged)
+				return -EBADMSG;
+			m = msg_alloc((uint32_t)blen);
+			if (!m)
+				return -ENOMEM;
+			m->op = SR_MSG_SEND;
+			send_flags(m, &h);
+			memcpy(m->payload, body, blen);
+			m->msn = tc->rx_req_msn++;
+			break;
+		}
 		if (h.mo == 0) {
 			if (tc->as_untagged)
 				return -EBADMSG;

@@ -29,7 +29,9 @@ const char *const sr_msg_op_name[SR_MSG_OP_MAX] = {
  * destructor) and the exiting thread's at unload. A block may be freed by
  * another thread than the one that took it: it joins that thread's list.
  * Under AddressSanitizer there is no cache, so use after free is caught. */
-#define MSG_SMALL 64		/* payload bytes of a cached message */
+#define MSG_SMALL 256		/* payload bytes of a cached message: the
+				 * small SENDs a receive stages whole
+				 * (tcp_rx.c) and small WRITEs */
 #define MC_MAX 64		/* blocks kept per size, per thread */
 #define MC_RWQE_SIZE (sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge))
 
