@@ -4,8 +4,10 @@
  * unmapped or made read-only behind its back. Two ways to copy safely:
  *
  *  - "fault" (the default): memcpy under a guard. A SIGSEGV/SIGBUS taken
- *    while this thread copies for us jumps back out of the copy and the
- *    copy fails with EFAULT; any other fault goes on to the handler that
+ *    while this thread copies for us ends the copy, which fails with
+ *    EFAULT (on x86-64 the handler knows the copy by the faulting
+ *    instruction's address and resumes after it; elsewhere it jumps back
+ *    to a setjmp the thread left in its slot); any other fault goes on to the handler that
  *    was there before ours (or the default action), so the program's own
  *    crashes stay its own. The handler is installed once, at the first
  *    copy. A copy then costs what memcpy costs: the syscall below costs
@@ -30,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 static int pvm_state;		/* 0 unknown, 1 usable, -1 refused */
@@ -85,9 +88,10 @@ static int pvm_copy(bool write, uintptr_t app, void *buf, size_t len)
 
 /* ---- the fault guard ----------------------------------------------------- */
 
-/* Each thread that copies owns a slot here from its first copy to its
- * exit (a thread-specific key's destructor frees it): its thread id,
- * and, only while it copies, where to jump. A table, not a __thread
+/* Each thread that copies (elsewhere than on x86-64) or writes through a
+ * remembered region owns a slot here from then to its exit (a thread-
+ * specific key's destructor frees it): its thread id, and, only while it
+ * copies, where to jump. A table, not a __thread
  * variable, for the handler: it must not touch TLS (a dlopen'ed
  * library's TLS may be allocated on first use, and the handler also runs
  * for faults of threads that never copied for us). A copy then claims
@@ -109,11 +113,52 @@ static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
 static pthread_key_t guard_key;
 static bool guard_on;
 
+#if defined(__x86_64__)
+/* x86-64: a copy whose fault the handler turns into a return of -EFAULT
+ * by where it happened: at the one instruction that touches memory (rep
+ * movsb, which the kernel's own user-copy fixups also use), so no setjmp
+ * and no table per copy. The handler resumes after it with eax set. */
+int sr_fixup_copy(void *dst, const void *src, size_t n);
+extern const char sr_fixup_copy_at[], sr_fixup_copy_out[];
+__asm__(".text\n"
+	".p2align 4\n"
+	".globl sr_fixup_copy\n"
+	".hidden sr_fixup_copy\n"
+	".type sr_fixup_copy, @function\n"
+	"sr_fixup_copy:\n"
+	"	mov %rdx, %rcx\n"
+	"	xor %eax, %eax\n"
+	".globl sr_fixup_copy_at\n"
+	".hidden sr_fixup_copy_at\n"
+	"sr_fixup_copy_at:\n"
+	"	rep movsb\n"
+	".globl sr_fixup_copy_out\n"
+	".hidden sr_fixup_copy_out\n"
+	"sr_fixup_copy_out:\n"
+	"	ret\n"
+	".size sr_fixup_copy, .-sr_fixup_copy\n");
+
+static bool fixup(void *uc)
+{
+	ucontext_t *u = uc;
+
+	if (!u || (uintptr_t)u->uc_mcontext.gregs[REG_RIP] != (uintptr_t)sr_fixup_copy_at)
+		return false;
+	u->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)sr_fixup_copy_out;
+	u->uc_mcontext.gregs[REG_RAX] = -EFAULT;
+	return true;
+}
+#endif
+
 static void guard_handler(int sig, siginfo_t *si, void *uc)
 {
 	const struct sigaction *prev = sig == SIGBUS ? &guard_prev_bus : &guard_prev_segv;
 	pid_t tid = gettid();
 
+#if defined(__x86_64__)
+	if (fixup(uc))
+		return;
+#endif
 	for (int i = 0; i < GUARD_SLOTS; i++) {
 		if (atomic_load_explicit(&guards[i].tid, memory_order_relaxed) == tid &&
 		    guards[i].jb) {
@@ -206,10 +251,13 @@ __attribute__((noinline)) static int guard_slot(void)
 }
 
 /* memcpy, or -EFAULT if a page of either side is missing or protected;
- * -EAGAIN if this thread has no guard slot (the caller copies another
- * way). */
+ * -EAGAIN (not on x86-64) if this thread has no guard slot (the caller
+ * copies another way). */
 static int guarded_copy(void *dst, const void *src, size_t len)
 {
+#if defined(__x86_64__)
+	return sr_fixup_copy(dst, src, len);
+#else
 	sigjmp_buf jb;
 	int slot = guard_slot();
 
@@ -223,6 +271,7 @@ static int guarded_copy(void *dst, const void *src, size_t len)
 	atomic_signal_fence(memory_order_seq_cst);
 	guards[slot].jb = NULL;
 	return 0;
+#endif
 }
 
 int mem_write_at_gen(uintptr_t dst, const void *src, size_t len, uint64_t gen)
