@@ -152,11 +152,21 @@ static void corrupt_a(struct net_end *n)
 	post_recv1(n->qp, 20, n->b.p + XFER + 8 * KIB, 64, n->b.mr->lkey);
 	net_put(n, T_CORRUPT);
 	net_expect(n, T_CORRUPT + 1, "B scribbled");
+	/* A small SEND now goes the direct way into a ring whose indices
+	 * are garbage (shm_send_whole, shm_ring_fits): it must complete,
+	 * with an error, and write nothing of ours outside the ring. */
+	memset(n->b.p + XFER + 12 * KIB, 0x77, 8);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 21, n->b.p + XFER + 12 * KIB, 8, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND into the broken ring");
 	/* B's garbage is seen by the next receive pass (this poll, or the
 	 * progress thread): the stream ends, the QP goes to ERROR and the
 	 * receive is flushed. */
 	expect_wc(n->rcq, &wc, 20, IBV_WC_WR_FLUSH_ERR, -1, "receive after the ring broke");
 	wait_err(n->qp, 5000, "A after a corrupt ring");
+	CHECK(poll_one(n->scq, &wc, DEADLINE_MS), "no completion for the SEND into the broken ring");
+	CHECK(wc.wr_id == 21 && wc.status != IBV_WC_SUCCESS,
+	      "SEND into the broken ring: wr_id %llu %s, want an error",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 	check_filled(canary, 0xc5, 4 * KIB, "A's memory next to its buffers");
 	net_put(n, T_DONE);
 }
