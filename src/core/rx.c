@@ -668,10 +668,10 @@ static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 	}
 	}
 	sq_settle_locked(qp, w, st);
-	/* An answer frees a slot of the peer's IRD: work that waited for
-	 * one goes now (the channel flushes it after this delivery). */
-	if (qp->chan && qp->chan->max_reads && qp->state == IBV_QPS_RTS &&
-	    qp->sq_next != qp->sq_tail)
+	/* An answer frees a slot of the peer's IRD, and may be the last a
+	 * fenced request waited for: work that waited goes now (the
+	 * channel flushes it after this delivery). */
+	if (qp->chan && qp->state == IBV_QPS_RTS && qp->sq_next != qp->sq_tail)
 		qp_sq_progress_locked(qp);
 }
 

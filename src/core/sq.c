@@ -461,6 +461,12 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		enum ibv_wc_status st;
 		struct sr_msg *m;
 
+		/* IBV_SEND_FENCE (ibv_post_send(3)): not before every READ
+		 * and atomic posted ahead of it is answered, so that a SEND
+		 * from what a READ fetched sends what it fetched (the answer
+		 * resumes the SQ: rx_response). */
+		if ((w->flags & IBV_SEND_FENCE) && reads_out(qp))
+			break;
 		if (w->opcode == IBV_WR_LOCAL_INV || w->opcode == IBV_WR_BIND_MW) {
 			w->status = local_op(qp, w);
 			w->state = SR_WQE_DONE;

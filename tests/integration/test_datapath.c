@@ -207,6 +207,38 @@ static void read_sizes(void)
 	dp_close(&d);
 }
 
+/* IBV_SEND_FENCE: a SEND of what a READ posted ahead of it fetches
+ * (both in one post) sends what the READ fetched, not what was there
+ * before; unfenced requests behind an outstanding READ go at once. */
+static void fence(void)
+{
+	struct ibv_send_wr rd = { 0 }, sd = { 0 }, *bad = NULL;
+	struct ibv_sge rs, ss;
+	struct ibv_wc wc;
+	struct dp d;
+
+	dp_open(&d, NULL);
+	fill_pattern(d.sb.p, MIB, 601);
+	memset(d.sa.p, 0xee, MIB);
+	post_recv1(d.p.b.qp, 1, d.sb.p + MIB, 64, d.sb.mr->lkey);
+	rs = (struct ibv_sge){ (uintptr_t)d.sa.p, MIB, d.sa.mr->lkey };
+	ss = (struct ibv_sge){ (uintptr_t)d.sa.p + MIB - 64, 64, d.sa.mr->lkey };
+	rd = (struct ibv_send_wr){ .wr_id = 10, .sg_list = &rs, .num_sge = 1, .next = &sd,
+				   .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
+	rd.wr.rdma.remote_addr = (uintptr_t)d.sb.p;
+	rd.wr.rdma.rkey = d.sb.mr->rkey;
+	sd = (struct ibv_send_wr){ .wr_id = 11, .sg_list = &ss, .num_sge = 1,
+				   .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE };
+	CHECK(ibv_post_send(d.p.a.qp, &rd, &bad) == 0, "post READ + fenced SEND");
+	expect_wc(d.p.a.scq, &wc, 10, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "READ");
+	expect_wc(d.p.a.scq, &wc, 11, IBV_WC_SUCCESS, IBV_WC_SEND, "fenced SEND");
+	expect_wc(d.p.b.rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "fenced SEND received");
+	CHECK(wc.byte_len == 64, "byte_len %u", wc.byte_len);
+	check_bytes(d.sb.p + MIB, d.sb.p + MIB - 64, 64, "the fenced SEND's payload (what the READ fetched)");
+	dp_close(&d);
+}
+
 static void atomics(void)
 {
 	struct dp d;
@@ -569,7 +601,7 @@ static const struct subtest tests[] = {
 	SUBTEST(send_sizes),  SUBTEST(send_imm),     SUBTEST(write_sizes),
 	SUBTEST(write_imm),   SUBTEST(read_sizes),   SUBTEST(atomics),
 	SUBTEST(sge_lists),   SUBTEST(inline_data),  SUBTEST(mw_send_inv),
-	SUBTEST(mw_local_inv), SUBTEST(solicited),
+	SUBTEST(mw_local_inv), SUBTEST(solicited),    SUBTEST(fence),
 };
 
 int main(int argc, char **argv)

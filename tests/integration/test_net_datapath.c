@@ -333,6 +333,47 @@ static void read_sizes_b(struct net_end *n)
 	expect_no_wc(n->rcq, 50, "READ must not consume a receive");
 }
 
+/* ---- IBV_SEND_FENCE ---------------------------------------------------- */
+
+/* A READ of 1 MiB and, in the same post, a fenced SEND of the last 64
+ * bytes it fetches: the SEND carries what the READ brought (it waited for
+ * the READ's answer), which B compares with its own memory. */
+static void fence_a(struct net_end *n)
+{
+	struct ibv_send_wr rd, sd, *bad = NULL;
+	struct ibv_sge rs, ss;
+	struct ibv_wc wc;
+
+	memset(n->b.p, 0xee, MIB);
+	net_expect(n, T_READY, "B filled, its receive posted");
+	rs = (struct ibv_sge){ (uintptr_t)n->b.p, MIB, n->b.mr->lkey };
+	ss = (struct ibv_sge){ (uintptr_t)n->b.p + MIB - 64, 64, n->b.mr->lkey };
+	rd = (struct ibv_send_wr){ .wr_id = 10, .sg_list = &rs, .num_sge = 1, .next = &sd,
+				   .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
+	rd.wr.rdma.remote_addr = n->peer.addr;
+	rd.wr.rdma.rkey = n->peer.rkey;
+	sd = (struct ibv_send_wr){ .wr_id = 11, .sg_list = &ss, .num_sge = 1,
+				   .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE };
+	CHECK(ibv_post_send(n->qp, &rd, &bad) == 0, "post READ + fenced SEND");
+	expect_wc(n->scq, &wc, 10, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "READ");
+	expect_wc(n->scq, &wc, 11, IBV_WC_SUCCESS, IBV_WC_SEND, "fenced SEND");
+	net_expect(n, T_DONE, "B checked");
+}
+
+static void fence_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	fill_pattern(n->b.p, MIB, 77);
+	post_recv1(n->qp, 1, n->b.p + MIB, 64, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "fenced SEND");
+	net_check_recv(&wc, IBV_WC_RECV, 64, n, "fenced SEND");
+	check_bytes(n->b.p + MIB, n->b.p + MIB - 64, 64, "the fenced SEND (what the READ fetched)");
+	net_put(n, T_DONE);
+}
+
 /* ---- atomics ---------------------------------------------------------- */
 
 #define ATOM_OFF 64
@@ -1064,6 +1105,7 @@ static const struct net_case cases[] = {
 	CASE(write_sizes, big_opts),
 	CASE(write_imm, big_opts),
 	CASE(read_sizes, big_opts),
+	CASE(fence, big_opts),
 	CASE(atomics, NULL),
 	CASE(sge_lists, NULL),
 	CASE(inline_data, inline_opts),
@@ -1085,7 +1127,7 @@ static void run_case(size_t i)
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
 SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9)
-SUB(10) SUB(11) SUB(12)
+SUB(10) SUB(11) SUB(12) SUB(13)
 
 int main(int argc, char **argv)
 {
@@ -1096,7 +1138,7 @@ int main(int argc, char **argv)
 		{ cases[6].name, sub6 },   { cases[7].name, sub7 },
 		{ cases[8].name, sub8 },   { cases[9].name, sub9 },
 		{ cases[10].name, sub10 }, { cases[11].name, sub11 },
-		{ cases[12].name, sub12 },
+		{ cases[12].name, sub12 }, { cases[13].name, sub13 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 
