@@ -234,14 +234,6 @@ struct tcp_chan {
 	bool rx_poller;			/* a poller's pass (rx_lock) */
 	bool rx_ans_new;		/* answers came in this pass, up to */
 	uint32_t rx_ans_got;		/* ... this request (for rx_ans_msn) */
-	bool rx_ack_owed;		/* the QP owes a positive ACK, up to */
-	uint32_t rx_ack_msn;		/* ... this request (tcp_ack) */
-	/* The thread whose receive pass is handing this stream's messages
-	 * to their QP, or 0: the ACK it owes is noted in the receive state
-	 * (tcp_ack), not under the channel lock once per message. Written
-	 * by that thread under rx_lock; any thread compares it with its
-	 * own (pthread_self: no TLS look-up). */
-	_Atomic pthread_t rx_pass;
 
 	/* The same-host channel (shm.c): the rings, once offered or
 	 * accepted; each direction moves at one point of its stream. */
@@ -324,16 +316,6 @@ void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly);
 /* tcp_tx.c: caller holds tc->lock for the _locked ones */
 int tcp_send(struct sr_chan *ch, struct sr_msg *m);
 int tcp_ack(struct sr_chan *ch, uint32_t msn);
-/* tcp_rx.c: what a receive pass noted, told to the transmit side (both
- * locks held). */
-void ans_apply_locked(struct tcp_chan *tc);
-/* Is this thread's receive pass handing tc's messages to their QP (so
- * that it holds rx_lock)? */
-static inline bool tcp_in_rx_pass(const struct tcp_chan *tc)
-{
-	return pthread_equal(atomic_load_explicit(&tc->rx_pass, memory_order_relaxed),
-			     pthread_self());
-}
 int tcp_send_small(struct sr_chan *ch, const struct sr_small *r);
 void tcp_kick(struct sr_chan *ch);
 /* Flush now, whatever is in flight (the receive path, after answers). */

@@ -119,23 +119,9 @@ void note_answer(struct tcp_chan *tc, uint32_t msn)
 	tc->rx_ans_new = true;
 }
 
-
-/* What the pass noted, for the transmit side: answers that came in, the
- * ACK we owe. Before the pass lets go of rx_lock: a program may have
- * polled the completion of a SEND whose ACK is owed and be destroying its
- * QP, and tcp_close takes in what arrived (rx_lock) before its goodbye,
- * which carries the ACK owed. Caller holds both locks. */
-void ans_apply_locked(struct tcp_chan *tc)
+/* Caller holds both locks. */
+static void ans_apply_locked(struct tcp_chan *tc)
 {
-	if (tc->rx_ack_owed) {
-		tc->rx_ack_owed = false;
-		tx_busy_locked(tc);
-		tc->tx_urgent = true;
-		if (tc->ext) {
-			tc->ack_pending = true;
-			tc->ack_msn = tc->rx_ack_msn;
-		}
-	}
 	if (!tc->rx_ans_new)
 		return;
 	if ((int32_t)(tc->rx_ans_got + 1 - tc->rx_ans_msn) > 0)
@@ -648,12 +634,9 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			if (tc->nfaults)
 				tcp_tx_faults(tc);
 		}
-		if (out.n) {
-			atomic_store_explicit(&tc->rx_pass, pthread_self(), memory_order_relaxed);
+		if (out.n)
 			qp_rx_many(qp, out.m, out.n);
-			atomic_store_explicit(&tc->rx_pass, 0, memory_order_relaxed);
-		}
-		if ((tc->rx_ans_new || tc->rx_ack_owed) && !(poller && out.n && !eof && !perr)) {
+		if (tc->rx_ans_new && !(poller && out.n && !eof && !perr)) {
 			/* (a poller's pass does it below, with its other look) */
 			pthread_mutex_lock(&tc->lock);
 			ans_apply_locked(tc);

@@ -652,8 +652,6 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 		msg_free(m);
 		return -ENOTCONN;
 	}
-	if (tcp_in_rx_pass(tc))
-		ans_apply_locked(tc);	/* the ACK owed goes first */
 	tx_busy_locked(tc);
 	/* Positive ACKs are cumulative: keep only the latest, send it when
 	 * the queue drains (one per batch of inbound requests). */
@@ -736,8 +734,6 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 	int n = 0;
 
 	pthread_mutex_lock(&tc->lock);
-	if (tcp_in_rx_pass(tc))
-		ans_apply_locked(tc);	/* the ACK owed goes first */
 	if (!tc->shm_tx || !tc->ext || tc->state != TS_UP || tc->closed || tc->tx_gate ||
 	    tc->shm_hold_until || tc->shm_sw_pending || tc->cur || !sr_list_empty(&tc->txq) ||
 	    tc->slot_head != tc->slot_tail || tc->nfaults || tc->tx_written)
@@ -799,13 +795,6 @@ int tcp_ack(struct sr_chan *ch, uint32_t msn)
 {
 	struct tcp_chan *tc = to_tc(ch);
 
-	if (tcp_in_rx_pass(tc)) {
-		/* (this thread's receive pass holds rx_lock, and tells the
-		 * transmit side before it lets go: ans_apply_locked) */
-		tc->rx_ack_owed = true;
-		tc->rx_ack_msn = msn;
-		return 0;
-	}
 	pthread_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD || tc->closed) {
 		pthread_mutex_unlock(&tc->lock);

@@ -21,6 +21,11 @@
 /* Private send flag: an ATOMIC_WRITE WQE holding its 8 bytes in
  * compare_add (the WR API's value, or inline data copied at post). */
 #define SR_SEND_AW_VALUE (1U << 30)
+/* Send flags a program may not give (EINVAL at post): the private ones,
+ * and IBV_SEND_IP_CSUM, whose offload the device does not report (no
+ * IBV_DEVICE_RAW_IP_CSUM / IBV_DEVICE_UD_IP_CSUM). Other unknown bits
+ * are ignored, as hardware providers do. */
+#define SR_SEND_REFUSED (SR_SEND_BIND_TYPE1 | SR_SEND_AW_VALUE | IBV_SEND_IP_CSUM)
 
 enum sr_swqe_state {
 	SR_WQE_POSTED,		/* waiting to be transmitted */

@@ -42,6 +42,8 @@ static void wr_new(struct ibv_qp_ex *ibqp, enum ibv_wr_opcode op)
 	memset(&tb.wr, 0, sizeof(tb.wr));
 	tb.wr.wr_id = ibqp->wr_id;
 	tb.wr.send_flags = ibqp->wr_flags;
+	if ((ibqp->wr_flags & SR_SEND_REFUSED) && !qp->wr_err)
+		qp->wr_err = EINVAL;	/* (ibv_wr_complete says so) */
 	tb.wr.opcode = op;
 	tb.wr.sg_list = tb.sge;
 	tb.open = true;

@@ -26,8 +26,9 @@ static int op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 
 	/* ibv_post_send(3): bad_wr is always set on failure. */
 	for (struct ibv_send_wr *w = wr; w; w = w->next)
-		if (w->opcode == IBV_WR_BIND_MW && w->bind_mw.mw &&
-		    w->bind_mw.mw->type != IBV_MW_TYPE_2) {
+		if ((w->opcode == IBV_WR_BIND_MW && w->bind_mw.mw &&
+		     w->bind_mw.mw->type != IBV_MW_TYPE_2) ||
+		    (w->send_flags & SR_SEND_REFUSED)) {
 			*(bad ? bad : &dummy) = w;
 			return EINVAL;
 		}
@@ -105,6 +106,8 @@ static int op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *
 	};
 	struct ibv_send_wr *bad;
 
+	if (b->send_flags & SR_SEND_REFUSED)
+		return EINVAL;
 	if (b->bind_info.mr && !(mr_obj(b->bind_info.mr)->access & IBV_ACCESS_MW_BIND))
 		return EINVAL;
 	return sr_err(qp_post_send(to_qp(qp), &wr, &bad));

@@ -34,6 +34,12 @@
  *   before 5.3): the accepter takes the rings from the offerer's
  *   descriptor server, and the traffic of `used` goes through shared
  *   memory, payloads inline.
+ * - ack_order: a ping-pong with one send slot on each side, each side
+ *   sleeping in ibv_get_cq_event (its progress thread delivers): when a
+ *   reply arrives, the SEND it answers is complete already (its ACK was
+ *   queued before the receive completion could be seen, so it precedes
+ *   the reply on the stream), as on IB; programs with one send slot
+ *   (perftest -e) post their next SEND at once.
  * - small: SENDs (plain, inline, with immediate) and WRITEs of 0 to 1000
  *   bytes, posted one by one and as one list, mixed: those of 256 bytes
  *   or less go into the ring straight from the post (shm_direct in the
@@ -727,6 +733,79 @@ static void sub_small(void)
 	CHECK(direct >= eligible / 2, "only %lld requests went straight into the ring", direct);
 }
 
+#define ORDER_N 3000
+
+/* Wait for the receive id by the completion channel (one event, the
+ * completion polled), repost it. */
+static void order_recv(struct net_end *n, uint64_t id, int i)
+{
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	struct ibv_wc wc;
+	int got;
+
+	CHECK(ibv_req_notify_cq(n->rcq, 0) == 0, "arm");
+	got = ibv_poll_cq(n->rcq, 1, &wc);
+	if (!got) {
+		CHECK(ibv_get_cq_event(n->ch, &ev_cq, &ev_ctx) == 0, "get_cq_event: %s",
+		      strerror(errno));
+		ibv_ack_cq_events(ev_cq, 1);
+		got = poll_one(n->rcq, &wc, DEADLINE_MS);
+	}
+	CHECK(got == 1 && wc.wr_id == id && wc.status == IBV_WC_SUCCESS,
+	      "round %d: receive (got %d, status %s)", i, got, ibv_wc_status_str(wc.status));
+	post_recv1(n->qp, id, n->b.p + 4 * KIB, 64, n->b.mr->lkey);
+}
+
+/* The SEND of the round before this reply is complete already. */
+static void order_sent(struct net_end *n, int i)
+{
+	struct ibv_wc wc;
+
+	CHECK(ibv_poll_cq(n->scq, 1, &wc) == 1,
+	      "round %d: a reply came, and the SEND it answers is not complete", i);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND, "round %d: SEND %s", i,
+	      ibv_wc_status_str(wc.status));
+}
+
+static void order_a(struct net_end *n)
+{
+	post_recv1(n->qp, 2, n->b.p + 4 * KIB, 64, n->b.mr->lkey);
+	net_put(n, T_READY);
+	net_expect(n, T_READY, "B's receive posted");
+	for (int i = 0; i < ORDER_N; i++) {
+		CHECK(post_send1(n->qp, IBV_WR_SEND, 1, n->b.p, 8, n->b.mr->lkey, IBV_SEND_SIGNALED,
+				 0, 0, 0) == 0, "round %d: post SEND (one send slot)", i);
+		order_recv(n, 2, i);
+		order_sent(n, i);
+	}
+	net_put(n, T_DONE);
+}
+
+static void order_b(struct net_end *n)
+{
+	post_recv1(n->qp, 2, n->b.p + 4 * KIB, 64, n->b.mr->lkey);
+	net_put(n, T_READY);
+	net_expect(n, T_READY, "A's receive posted");
+	for (int i = 0; i < ORDER_N; i++) {
+		order_recv(n, 2, i);
+		if (i)
+			order_sent(n, i);
+		CHECK(post_send1(n->qp, IBV_WR_SEND, 1, n->b.p, 8, n->b.mr->lkey, IBV_SEND_SIGNALED,
+				 0, 0, 0) == 0, "round %d: post the reply (one send slot)", i);
+	}
+	net_expect(n, T_DONE, "A done");
+}
+
+static void sub_ack_order(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_send_wr = 1;
+	o.rcq_chan = 1;
+	net_fork_run(&o, order_a, order_b);
+}
+
 static void sub_corrupt(void)
 {
 	struct net_opts o = shm_opts();
@@ -748,6 +827,7 @@ int main(int argc, char **argv)
 		{ "mapped_userns", sub_mapped_userns },
 		{ "early", sub_early },
 		{ "small", sub_small },
+		{ "ack_order", sub_ack_order },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
