@@ -453,6 +453,48 @@ static void post_beyond_caps(void)
 	exit(0);
 }
 
+/* Send flags: IBV_SEND_IP_CSUM (no checksum offload is reported) and
+ * the bits softrnic keeps for itself are EINVAL at post, bad_wr the WR;
+ * an undefined bit is ignored, as hardware providers do; the QP goes on.
+ * ibv_bind_mw refuses them too. */
+static void refused_flags(void)
+{
+	static const unsigned int refused[] = { IBV_SEND_IP_CSUM, 1U << 30, 1U << 31 };
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, ACC_ALL);
+	for (size_t i = 0; i < ARRAY_SIZE(refused); i++) {
+		struct ibv_sge sg = { (uintptr_t)e.sa.p, 8, e.sa.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 10 + i, .sg_list = &sg, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED | refused[i] }, *bad = NULL;
+
+		wr.wr.rdma.remote_addr = (uintptr_t)e.sb.p;
+		wr.wr.rdma.rkey = e.sb.mr->rkey;
+		CHECK(ibv_post_send(e.p.a.qp, &wr, &bad) == EINVAL && bad == &wr,
+		      "send_flags %#x: not EINVAL with bad_wr set", refused[i]);
+	}
+	expect_no_wc(e.p.a.scq, 50, "refused WRs");
+	CHECK(post_send1(e.p.a.qp, IBV_WR_RDMA_WRITE, 20, e.sa.p, 8, e.sa.mr->lkey,
+			 IBV_SEND_SIGNALED | (1U << 20), (uintptr_t)e.sb.p, e.sb.mr->rkey, 0) == 0,
+	      "an undefined send flag refused");
+	expect_wc(e.p.a.scq, &wc, 20, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "undefined flag ignored");
+
+	struct ibv_mw *mw = ibv_alloc_mw(e.t.pd, IBV_MW_TYPE_1);
+
+	if (mw) {
+		struct ibv_mw_bind b = { .wr_id = 21, .send_flags = IBV_SEND_IP_CSUM,
+					 .bind_info = { .mr = e.sb.mr, .addr = (uintptr_t)e.sb.p,
+							.length = 64,
+							.mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+
+		CHECK(ibv_bind_mw(e.p.a.qp, mw, &b) == EINVAL, "ibv_bind_mw with IP_CSUM not EINVAL");
+		ibv_dealloc_mw(mw);
+	}
+	exit(0);
+}
+
 /* The responder of a refused remote access reports an affiliated async
  * event: IBV_EVENT_QP_ACCESS_ERR (ibv_get_async_event(3): "Local access
  * violation error"; IBTA Local Access Violation Work Queue Error). */
@@ -493,6 +535,7 @@ static const struct subtest tests[] = {
 	SUBTEST(recv_too_small),    SUBTEST(post_wrong_state),
 	SUBTEST(munmapped_target),  SUBTEST(munmapped_source),
 	SUBTEST(post_beyond_caps),  SUBTEST(responder_access_event),
+	SUBTEST(refused_flags),
 };
 
 int main(int argc, char **argv)

@@ -314,10 +314,39 @@ static void batch_error(void)
 	exit(0);
 }
 
+/* A flag the device does not offer (IBV_SEND_IP_CSUM: no checksum
+ * offload is reported) fails the batch at ibv_wr_complete with EINVAL,
+ * and nothing of it is posted; the QP goes on. */
+static void refused_flags(void)
+{
+	struct wenv e;
+	struct ibv_wc wc;
+
+	wenv_open(&e, 1);
+	ibv_wr_start(e.qx);
+	e.qx->wr_id = 40;
+	ibv_wr_rdma_write(e.qx, e.rb.mr->rkey, (uintptr_t)e.rb.p);
+	ibv_wr_set_sge(e.qx, e.la.mr->lkey, (uintptr_t)e.la.p, 8);
+	e.qx->wr_id = 41;
+	e.qx->wr_flags = IBV_SEND_IP_CSUM;
+	ibv_wr_rdma_write(e.qx, e.rb.mr->rkey, (uintptr_t)e.rb.p + 64);
+	ibv_wr_set_sge(e.qx, e.la.mr->lkey, (uintptr_t)e.la.p, 8);
+	CHECK(ibv_wr_complete(e.qx) == EINVAL, "wr_complete with IBV_SEND_IP_CSUM: not EINVAL");
+	expect_no_wc(e.p.a.scq, 50, "a refused batch");
+	ibv_wr_start(e.qx);
+	e.qx->wr_id = 42;
+	e.qx->wr_flags = 0;
+	ibv_wr_rdma_write(e.qx, e.rb.mr->rkey, (uintptr_t)e.rb.p);
+	ibv_wr_set_sge(e.qx, e.la.mr->lkey, (uintptr_t)e.la.p, 8);
+	CHECK(ibv_wr_complete(e.qx) == 0, "wr_complete after a refused batch");
+	expect_wc(e.p.a.scq, &wc, 42, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "the next batch");
+	exit(0);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(all_opcodes),	     SUBTEST(inline_list),
 	SUBTEST(abort_batch),	     SUBTEST(batches_unsignaled),
-	SUBTEST(batch_error),
+	SUBTEST(batch_error),	     SUBTEST(refused_flags),
 };
 
 int main(int argc, char **argv)
