@@ -491,6 +491,7 @@ struct sr_cq {
 	uint32_t head, tail;		/* free-running */
 	int armed;			/* 0, 1 = next, 2 = solicited only */
 	bool overflowed;
+	bool ignore_overrun;		/* IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN */
 	atomic_int refs;		/* QPs/SRQs that use it */
 	uint64_t wc_flags_ex;		/* cq_ex: which fields were asked for */
 	struct sr_cqe *cur;		/* cq_ex: entry being read */

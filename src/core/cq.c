@@ -197,10 +197,15 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 
 	pthread_mutex_lock(&cq->lock);
 	if (cq->tail - cq->head >= (uint32_t)cq->ibcq.cqe) {
-		/* IBTA 11.4.2.1: overflow is a CQ error, reported async. */
-		overflow = !cq->overflowed;
+		/* IBTA 11.4.2.1: overflow is a CQ error, reported async;
+		 * IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN asked for none. Either
+		 * way the completion is lost; its send slots are freed, as
+		 * its poll would have freed them, so the SQ goes on. */
+		overflow = !cq->overflowed && !cq->ignore_overrun;
 		cq->overflowed = true;
 		pthread_mutex_unlock(&cq->lock);
+		if (qp)
+			qp_sq_reaped(qp, upto);
 		if (overflow) {
 			sr_warn("CQ %p overflow", (void *)cq);
 			ctx_async_event(ctx, cq, IBV_EVENT_CQ_ERR);

@@ -230,6 +230,8 @@ struct ibv_cq_ex *sr_create_cq_ex(struct ibv_context *context, struct ibv_cq_ini
 	if (!cq)
 		return NULL;
 	to_cq(cq)->wc_flags_ex = a->wc_flags;
+	to_cq(cq)->ignore_overrun = (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+				    (a->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
 	return &to_cq(cq)->ibcq;
 }
 
