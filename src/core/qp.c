@@ -551,6 +551,13 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 			qp_to_error_locked(qp);
 		} else {
 			qp_set_state_locked(qp, next);
+			if (next == IBV_QPS_SQD) {
+				qp->sqd_notify = (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
+						 a->en_sqd_async_notify;
+				qp_sqd_check_locked(qp);	/* (already drained) */
+			} else {
+				qp->sqd_notify = false;
+			}
 			/* UD and raw packet QPs have no peer to link to
 			 * (core/ud.c, core/raw.c); the CM brings up its
 			 * own QPs' streams. */
@@ -581,7 +588,8 @@ int qp_query(struct sr_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_in
 	a->qp_state = qp->state;
 	a->cur_qp_state = qp->state;
 	a->cap = qp->cap;
-	a->sq_draining = 0;
+	/* (WQEs begun before SQD still outstanding) */
+	a->sq_draining = qp->state == IBV_QPS_SQD && qp->sq_head != qp->sq_next;
 	a->port_num = qp->attr.port_num ? qp->attr.port_num : 1;
 	if (init) {
 		memset(init, 0, sizeof(*init));

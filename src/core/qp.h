@@ -79,6 +79,9 @@ struct sr_qp {
 	bool sq_custom;
 	uint32_t sq_stride, sq_size, sq_max_wr;
 	uint32_t sq_head, sq_next, sq_tail;
+	/* SQD entered with en_sqd_async_notify: IBV_EVENT_SQ_DRAINED is
+	 * owed once every WQE begun before has completed (qp_sqd_check) */
+	bool sqd_notify;
 	_Atomic uint32_t sq_reaped;	/* slots before it are free again */
 	uint8_t *inl_buf;		/* sq_size * cap.max_inline_data */
 	struct sr_lkey_span lspan;	/* gather's last lkey (sq.c; qp->lock) */
@@ -187,6 +190,9 @@ bool qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state cur,
 		      enum ibv_qp_state next, int mask);
 
 int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+/* In SQD with a drain notice owed and nothing begun left outstanding:
+ * raise IBV_EVENT_SQ_DRAINED (once). Caller holds qp->lock. */
+void qp_sqd_check_locked(struct sr_qp *qp);
 int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 void qp_init_wr_ops(struct sr_qp *qp);
 

@@ -79,6 +79,17 @@ static void sq_retire_locked(struct sr_qp *qp)
 			sq_complete_one(qp, w, IBV_WC_SUCCESS);
 		qp->sq_head++;
 	}
+	qp_sqd_check_locked(qp);
+}
+
+void qp_sqd_check_locked(struct sr_qp *qp)
+{
+	/* IBTA 10.3.1 "SQ Drain": the WQEs begun before the transition
+	 * have completed (those after it wait for RTS). */
+	if (qp->sqd_notify && qp->state == IBV_QPS_SQD && qp->sq_head == qp->sq_next) {
+		qp->sqd_notify = false;
+		ctx_async_event(qp->ctx, qp, IBV_EVENT_SQ_DRAINED);
+	}
 }
 
 /* Every WQE not yet completed completes with WR_FLUSH_ERR; the receive
