@@ -330,6 +330,49 @@ static long long stats_sum(const char *path, const char *field)
 	return v;
 }
 
+/* Run the pair in a process of its own whose stderr, with the stats line
+ * each side prints at exit (SOFTRNIC_STATS=1), goes to a new file named
+ * in path: the pair's wait status. no_map: SOFTRNIC_SHM_MAP=0 there. */
+static int pair_with_stats(const struct net_opts *o, net_side_fn fa, net_side_fn fb, bool no_map,
+			   char path[64])
+{
+	pid_t pid;
+	int fd, st;
+
+	snprintf(path, 64, "/tmp/softrnic-shm-stats.XXXXXX");
+	fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+	fflush(stderr);
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		setenv("SOFTRNIC_STATS", "1", 1);
+		if (no_map)
+			setenv("SOFTRNIC_SHM_MAP", "0", 1);
+		CHECK(dup2(fd, 2) == 2, "dup2");
+		net_fork_run(o, fa, fb);
+		exit(0);
+	}
+	close(fd);
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	return st;
+}
+
+/* Done with pair_with_stats' file: shown first if show (a failure's
+ * context). */
+static void stats_done(const char *path, bool show)
+{
+	char cmd[128];
+
+	if (show) {
+		snprintf(cmd, sizeof(cmd), "cat %s >&2", path);
+		if (system(cmd)) {
+			/* (shown what there is) */
+		}
+	}
+	unlink(path);
+}
+
 static struct net_opts shm_opts(void)
 {
 	struct net_opts o = net_opts_default();
@@ -536,44 +579,21 @@ static void sub_early(void)
 {
 	struct net_opts o = net_opts_default();
 	long long tcp, shm;
-	char path[64], cmd[128];
-	pid_t pid;
-	int fd, st;
+	char path[64];
+	int st;
 
 	o.buf_len = EARLY_N * EARLY_LEN + 64 * KIB;
 	early_src = mmap(NULL, EARLY_N * EARLY_LEN, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	CHECK(early_src != MAP_FAILED, "mmap");
 	fill_pattern(early_src, EARLY_N * EARLY_LEN, 95);
-	snprintf(path, sizeof(path), "/tmp/softrnic-shm-early.XXXXXX");
-	fd = mkstemp(path);
-	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
-	/* Both sides in processes of their own whose stderr (with the stats
-	 * line each prints at exit) goes to path. */
-	fflush(stderr);
-	pid = fork();
-	CHECK(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		setenv("SOFTRNIC_STATS", "1", 1);
-		/* Registration must not copy 16 MiB (shm_map.c) between RTS
-		 * and the posts: B pulls instead. */
-		setenv("SOFTRNIC_SHM_MAP", "0", 1);
-		CHECK(dup2(fd, 2) == 2, "dup2");
-		net_fork_run(&o, early_side, early_side);
-		exit(0);
-	}
-	close(fd);
-	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	/* (Registration must not copy 16 MiB, shm_map.c, between RTS and the
+	 * posts: B pulls instead.) */
+	st = pair_with_stats(&o, early_side, early_side, true, path);
 	tcp = stats_sum(path, "tcp_fpdus");
 	shm = stats_sum(path, "shm_fpdus");
 	NOTE("FPDUs of both sides: %lld on TCP, %lld on shm", tcp, shm);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) || tcp < 0 || tcp > 16) {
-		snprintf(cmd, sizeof(cmd), "cat %s >&2", path);
-		if (system(cmd)) {
-			/* (shown what there is) */
-		}
-	}
-	unlink(path);
+	stats_done(path, !WIFEXITED(st) || WEXITSTATUS(st) || tcp < 0 || tcp > 16);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pair failed (status %#x)", st);
 	CHECK(tcp >= 0 && shm >= 0, "no stats lines");
 	/* On TCP: OFFER, SWITCH, ACCEPT, and a few to spare; each WRITE is
@@ -696,37 +716,17 @@ static void sub_small(void)
 {
 	struct net_opts o = net_opts_default();
 	long long direct, eligible = 0;
-	char path[64], cmd[128];
-	pid_t pid;
-	int fd, st;
+	char path[64];
+	int st;
 
 	o.max_inline = SMALL_INLINE;
 	for (int i = 0; i < SMALL_N; i++)
 		eligible += small_size(i) <= 256;
-	snprintf(path, sizeof(path), "/tmp/softrnic-shm-small.XXXXXX");
-	fd = mkstemp(path);
-	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
-	fflush(stderr);
-	pid = fork();
-	CHECK(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		setenv("SOFTRNIC_STATS", "1", 1);
-		CHECK(dup2(fd, 2) == 2, "dup2");
-		net_fork_run(&o, small_a, small_b);
-		exit(0);
-	}
-	close(fd);
-	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	st = pair_with_stats(&o, small_a, small_b, false, path);
 	direct = stats_sum(path, "shm_direct");
 	NOTE("requests written straight into the ring: %lld (%lld of A's %d could be)", direct,
 	     eligible, SMALL_N);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) || direct < eligible / 2) {
-		snprintf(cmd, sizeof(cmd), "cat %s >&2", path);
-		if (system(cmd)) {
-			/* (shown what there is) */
-		}
-	}
-	unlink(path);
+	stats_done(path, !WIFEXITED(st) || WEXITSTATUS(st) || direct < eligible / 2);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pair failed (status %#x)", st);
 	/* (most, not all: one finding an answer of the progress thread's
 	 * queued goes the usual way) */
