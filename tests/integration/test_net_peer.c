@@ -482,6 +482,75 @@ static void held_close_opts(struct net_opts *o)
 	o->max_send_wr = 128;
 }
 
+/* ---- SQD while a SEND waits for its ACK ----------------------------------- */
+
+/* The next IBV_EVENT_SQ_DRAINED for qp within ms: 1, or 0 if none. */
+static int sq_drained(struct net_end *n, int ms)
+{
+	struct pollfd pf = { n->t.ctx->async_fd, POLLIN, 0 };
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	while (now_ms() < end) {
+		struct ibv_async_event ev;
+		int got;
+
+		if (poll(&pf, 1, 20) != 1)
+			continue;
+		CHECK(ibv_get_async_event(n->t.ctx, &ev) == 0, "get event");
+		got = ev.event_type == IBV_EVENT_SQ_DRAINED && ev.element.qp == n->qp;
+		ibv_ack_async_event(&ev);
+		if (got)
+			return 1;
+	}
+	return 0;
+}
+
+/* B is stopped, so A's SEND is written but not acknowledged: RTS->SQD
+ * with the notice reports sq_draining 1 and no event; once B runs and
+ * acknowledges, the SEND completes, then IBV_EVENT_SQ_DRAINED comes and
+ * sq_draining is 0. A SEND posted in SQD waits for RTS. */
+static void sqd_drain_a(struct net_end *n)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_SQD, .en_sqd_async_notify = 1 };
+	struct ibv_qp_init_attr ia;
+	struct ibv_wc wc;
+
+	net_expect(n, T_READY, "B's receives posted");
+	stop_child(n);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 1, n->b.p, 100, n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
+			 0) == 0, "post SEND");
+	usleep(50 * 1000);	/* written; B cannot answer */
+	CHECK(ibv_modify_qp(n->qp, &a, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY) == 0, "RTS->SQD");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 2, n->b.p, 100, n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
+			 0) == 0, "post SEND in SQD");
+	CHECK(ibv_query_qp(n->qp, &a, IBV_QP_STATE, &ia) == 0, "query");
+	CHECK(a.qp_state == IBV_QPS_SQD && a.sq_draining == 1, "while draining: %d, sq_draining %u",
+	      a.qp_state, a.sq_draining);
+	CHECK(!sq_drained(n, 100), "SQ_DRAINED with a SEND unacknowledged");
+	CHECK(kill(n->peer_pid, SIGCONT) == 0, "SIGCONT");
+	expect_wc(n->scq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_SEND, "the SEND begun before SQD");
+	CHECK(sq_drained(n, DEADLINE_MS), "no SQ_DRAINED after the last SEND completed");
+	CHECK(ibv_query_qp(n->qp, &a, IBV_QP_STATE, &ia) == 0 && a.sq_draining == 0,
+	      "sq_draining %u once drained", a.sq_draining);
+	expect_no_wc(n->scq, 100, "the SEND posted in SQD");
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS };
+	CHECK(ibv_modify_qp(n->qp, &a, IBV_QP_STATE) == 0, "SQD->RTS");
+	expect_wc(n->scq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_SEND, "the SEND posted in SQD");
+	net_expect(n, T_DONE, "B received both");
+}
+
+static void sqd_drain_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 1, n->b.p, 4096, n->b.mr->lkey);
+	post_recv1(n->qp, 2, n->b.p + 4096, 4096, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "first SEND");
+	expect_wc(n->rcq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_RECV, "SEND posted in SQD");
+	net_put(n, T_DONE);
+}
+
 /* ---- table --------------------------------------------------------------- */
 
 struct pcase {
@@ -500,6 +569,7 @@ static const struct pcase cases[] = {
 	CASE(destroy_under_traffic, traffic_opts),
 	CASE(dereg_after_kill, dereg_after_kill_opts),
 	CASE(held_close, held_close_opts),
+	CASE(sqd_drain, NULL),
 };
 
 static void run_case(size_t i)
@@ -512,7 +582,7 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7)
 
 int main(int argc, char **argv)
 {
@@ -520,7 +590,7 @@ int main(int argc, char **argv)
 		{ cases[0].name, sub0 }, { cases[1].name, sub1 },
 		{ cases[2].name, sub2 }, { cases[3].name, sub3 },
 		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
-		{ cases[6].name, sub6 },
+		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
