@@ -359,6 +359,7 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 	       struct sr_mref *out)
 {
 	struct sr_keytab *t = &ctx->space->keys;
+	uint64_t base;
 	struct sr_keyent *e;
 	int ret = -EACCES;
 
@@ -398,13 +399,16 @@ int mr_resolve(struct sr_context *ctx, struct sr_pd *pd, uint32_t key,
 			goto out;
 		if ((mw->access & need) != need)
 			goto out;
-		if (!in_range(mw->addr, mw->length, va, len)) {
+		/* A zero-based window is addressed from 0 (IBV_ACCESS_ZERO_BASED
+		 * at bind), any other by the region's addresses. */
+		base = (mw->access & IBV_ACCESS_ZERO_BASED) ? 0 : mw->addr;
+		if (!in_range(base, mw->length, va, len)) {
 			ret = -ERANGE;
 			goto out;
 		}
 		if (mw->mr->xproc && !xspace_mr_live(mw->mr))
 			goto out;
-		out->addr = mw->mr->vaddr + (uintptr_t)(va - mw->mr->iova);
+		out->addr = mw->mr->vaddr + (uintptr_t)(mw->addr + (va - base) - mw->mr->iova);
 		out->xmr = mw->mr->xproc ? mw->mr : NULL;
 		out->users = &mw->mr->users;
 		atomic_fetch_add(&mw->mr->users, 1);

@@ -417,8 +417,17 @@ static void inline_data(void)
 
 /* Bind a type-2 MW over b's buffer by posting BIND_MW on b; returns the
  * MW's new rkey, or SKIPs if the device has no type-2 MWs. */
+static uint32_t bind_mw2_acc(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
+			     uint8_t *addr, size_t len, unsigned int extra);
+
 static uint32_t bind_mw2(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
 			 uint8_t *addr, size_t len)
+{
+	return bind_mw2_acc(d, mwp, mr, addr, len, 0);
+}
+
+static uint32_t bind_mw2_acc(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
+			     uint8_t *addr, size_t len, unsigned int extra)
 {
 	struct ibv_mw *mw = ibv_alloc_mw(d->t.pd, IBV_MW_TYPE_2);
 	struct ibv_wc wc;
@@ -439,7 +448,7 @@ static uint32_t bind_mw2(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
 	wr.bind_mw.bind_info.addr = (uintptr_t)addr;
 	wr.bind_mw.bind_info.length = len;
 	wr.bind_mw.bind_info.mw_access_flags =
-		IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+		IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | extra;
 	int rc = ibv_post_send(d->p.b.qp, &wr, &bad);
 	CHECK(rc == 0, "post BIND_MW: %s", strerror(rc));
 	expect_wc(d->p.b.scq, &wc, 0xb1d, IBV_WC_SUCCESS, IBV_WC_BIND_MW,
@@ -510,6 +519,39 @@ static void mw_send_inv(void)
 	check_bytes(d.sb.p, d.sa.p, 200, "SEND_WITH_INV payload");
 	write_via_mw_denied(&d, mwb.p + 100, rkey);
 	exit(0); /* QPs are in error now; process exit cleans up */
+}
+
+/* A zero-based window (IBV_ACCESS_ZERO_BASED at bind) is addressed from
+ * 0: a WRITE and a READ at offset 100 reach the window's byte 100; the
+ * region's own address of that byte is out of the window's range. */
+static void mw_zero_based(void)
+{
+	struct dp d;
+	struct ibv_wc wc;
+	struct ibv_mw *mw;
+	struct buf mwb;
+
+	dp_open(&d, NULL);
+	buf_alloc(&d.t, &mwb, 8192, ACC_ALL | IBV_ACCESS_MW_BIND);
+	memset(mwb.p, 0xee, 8192);
+	uint32_t rkey = bind_mw2_acc(&d, &mw, mwb.mr, mwb.p + 4096, 4096, IBV_ACCESS_ZERO_BASED);
+	fill_pattern(d.sa.p, 512, 34);
+	CHECK(post_send1(d.p.a.qp, IBV_WR_RDMA_WRITE, 1, d.sa.p, 512, d.sa.mr->lkey,
+			 IBV_SEND_SIGNALED, 100, rkey, 0) == 0, "post WRITE at offset 100");
+	expect_wc(d.p.a.scq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "WRITE via a zero-based MW");
+	sync_b(&d);
+	check_bytes(mwb.p + 4096 + 100, d.sa.p, 512, "zero-based WRITE");
+	check_filled(mwb.p, 0xee, 4096 + 100, "before the WRITE");
+	memset(d.sa.p + 1024, 0, 512);
+	CHECK(post_send1(d.p.a.qp, IBV_WR_RDMA_READ, 2, d.sa.p + 1024, 512, d.sa.mr->lkey,
+			 IBV_SEND_SIGNALED, 100, rkey, 0) == 0, "post READ at offset 100");
+	expect_wc(d.p.a.scq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "READ via a zero-based MW");
+	check_bytes(d.sa.p + 1024, d.sa.p, 512, "zero-based READ");
+	CHECK(post_send1(d.p.a.qp, IBV_WR_RDMA_WRITE, 3, d.sa.p, 8, d.sa.mr->lkey,
+			 IBV_SEND_SIGNALED, (uintptr_t)mwb.p + 4096 + 100, rkey, 0) == 0,
+	      "post WRITE at the absolute address");
+	expect_wc(d.p.a.scq, &wc, 3, IBV_WC_REM_ACCESS_ERR, -1, "an absolute address, zero-based MW");
+	exit(0); /* QPs are in error now */
 }
 
 static void mw_local_inv(void)
@@ -602,6 +644,7 @@ static const struct subtest tests[] = {
 	SUBTEST(write_imm),   SUBTEST(read_sizes),   SUBTEST(atomics),
 	SUBTEST(sge_lists),   SUBTEST(inline_data),  SUBTEST(mw_send_inv),
 	SUBTEST(mw_local_inv), SUBTEST(solicited),    SUBTEST(fence),
+	SUBTEST(mw_zero_based),
 };
 
 int main(int argc, char **argv)
