@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
+#include <linux/filter.h>
 
 /* Own frames that may still come back in (loopback): fingerprints. */
 #define PK_RECENT	512
@@ -108,9 +109,39 @@ static int pk_open(const char *ifname)
 		close(fd);
 		return ret;
 	}
+	/* The socket sees every frame of the interface (on lo: every TCP
+	 * byte of every program), and frames that do not fit its buffer are
+	 * dropped: no copies of what we send (the receive loop skipped them
+	 * anyway, Linux 4.20+), and room for bursts (the forced size needs
+	 * CAP_NET_ADMIN, which a program with CAP_NET_RAW often has). */
+	{
+		int one = 1, sz = 4 << 20;
+
+		setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one));
+		if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)))
+			setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	}
 	memset(&ifr, 0, sizeof(ifr));
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
 	pk.loopback = ioctl(fd, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_LOOPBACK);
+	if (pk.loopback) {
+		/* On lo the kernel's own traffic (every TCP and UDP byte of
+		 * every program on the host) carries destination MAC 0, which
+		 * no raw QP frame of ours does: the kernel drops it before it
+		 * fills our buffer (a busy lo lost raw frames that way). */
+		static struct sock_filter f[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),		/* dst MAC 0..3 */
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 2),
+			BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 4),		/* dst MAC 4..5 */
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0),
+			BPF_STMT(BPF_RET | BPF_K, 0xffffffffU),		/* keep */
+			BPF_STMT(BPF_RET | BPF_K, 0),			/* drop */
+		};
+		struct sock_fprog prog = { .len = (unsigned short)(sizeof(f) / sizeof(f[0])),
+					   .filter = f };
+
+		setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog));
+	}
 	pk.fd = fd;
 	atomic_store(&pk.stop, false);
 	ret = pthread_create(&pk.thread, NULL, pk_rx_thread, (void *)(intptr_t)fd);

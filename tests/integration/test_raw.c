@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -613,6 +615,75 @@ static void uplink_two_processes(void)
 	raw_close(&a);
 }
 
+/* TCP through lo as fast as it goes, from two threads of this process,
+ * until blast_stop: the kernel's own frames on the interface the raw
+ * QPs use. */
+static _Atomic bool blast_stop;
+
+static void *blast_pump(void *arg)
+{
+	static char buf[64 << 10];
+	int fd = (int)(intptr_t)arg;
+
+	while (!atomic_load(&blast_stop))
+		if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) < 0)
+			break;
+	return NULL;
+}
+
+static void *blast_drain(void *arg)
+{
+	static char buf[64 << 10];
+	int fd = (int)(intptr_t)arg;
+
+	while (recv(fd, buf, sizeof(buf), 0) > 0)
+		;
+	return NULL;
+}
+
+static void blast_start(pthread_t t[2], int fds[2])
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
+	      getsockname(l, (struct sockaddr *)&a, &al) == 0, "listen on lo");
+	fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(fds[0] >= 0 && connect(fds[0], (struct sockaddr *)&a, sizeof(a)) == 0, "connect");
+	fds[1] = accept(l, NULL, NULL);
+	CHECK(fds[1] >= 0, "accept");
+	close(l);
+	atomic_store(&blast_stop, false);
+	CHECK(pthread_create(&t[0], NULL, blast_pump, (void *)(intptr_t)fds[0]) == 0 &&
+	      pthread_create(&t[1], NULL, blast_drain, (void *)(intptr_t)fds[1]) == 0, "threads");
+}
+
+static void blast_end(pthread_t t[2], int fds[2])
+{
+	atomic_store(&blast_stop, true);
+	pthread_join(t[0], NULL);
+	shutdown(fds[0], SHUT_WR);
+	pthread_join(t[1], NULL);
+	close(fds[0]);
+	close(fds[1]);
+}
+
+/* The same with lo busy with TCP meanwhile: the packet socket must not
+ * lose the raw frames among the kernel's (it drops those, which carry
+ * destination MAC 0, before they fill its buffer). */
+static void uplink_busy_lo(void)
+{
+	pthread_t t[2];
+	int fds[2];
+
+	need_net_raw();
+	blast_start(t, fds);
+	usleep(200 * 1000);	/* at full speed */
+	uplink_two_processes();
+	blast_end(t, fds);
+}
+
 /* Without CAP_NET_RAW a raw packet QP is EPERM, as the kernel's. */
 static void no_cap_net_raw(void)
 {
@@ -652,6 +723,7 @@ int main(int argc, char **argv)
 		SUBTEST(rss_spread),
 		SUBTEST(raw_errors),
 		SUBTEST(uplink_two_processes),
+		SUBTEST(uplink_busy_lo),
 		SUBTEST(no_cap_net_raw),
 	};
 
