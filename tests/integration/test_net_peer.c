@@ -516,6 +516,11 @@ static void sqd_drain_a(struct net_end *n)
 	struct ibv_wc wc;
 
 	net_expect(n, T_READY, "B's receives posted");
+	/* (one exchange first: the stream is up, so the next SEND is begun
+	 * at its post, not held for the connection) */
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0, n->b.p, 100, n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
+			 0) == 0, "post the first SEND");
+	expect_wc(n->scq, &wc, 0, IBV_WC_SUCCESS, IBV_WC_SEND, "the first SEND");
 	stop_child(n);
 	CHECK(post_send1(n->qp, IBV_WR_SEND, 1, n->b.p, 100, n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
 			 0) == 0, "post SEND");
@@ -543,10 +548,12 @@ static void sqd_drain_b(struct net_end *n)
 {
 	struct ibv_wc wc;
 
+	post_recv1(n->qp, 0, n->b.p + 8192, 4096, n->b.mr->lkey);
 	post_recv1(n->qp, 1, n->b.p, 4096, n->b.mr->lkey);
 	post_recv1(n->qp, 2, n->b.p + 4096, 4096, n->b.mr->lkey);
 	net_put(n, T_READY);
-	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "first SEND");
+	expect_wc(n->rcq, &wc, 0, IBV_WC_SUCCESS, IBV_WC_RECV, "the first SEND");
+	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "the SEND begun before SQD");
 	expect_wc(n->rcq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_RECV, "SEND posted in SQD");
 	net_put(n, T_DONE);
 }
