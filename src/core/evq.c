@@ -77,6 +77,12 @@ int evq_push(struct sr_evq *q, void *obj, int type, int port)
 
 int evq_pop(struct sr_evq *q, struct sr_ev *out)
 {
+	return evq_pop_cb(q, out, NULL, NULL);
+}
+
+int evq_pop_cb(struct sr_evq *q, struct sr_ev *out, void (*got)(const struct sr_ev *, void *),
+	       void *arg)
+{
 	for (;;) {
 		char b;
 		ssize_t n = recv(q->fd, &b, 1, MSG_PEEK);
@@ -95,6 +101,8 @@ int evq_pop(struct sr_evq *q, struct sr_ev *out)
 			q->count--;
 			if (sr_list_empty(&q->events))
 				evq_unsignal_locked(q);
+			if (got)
+				got(ev, arg);
 			pthread_mutex_unlock(&q->lock);
 			*out = *ev;
 			free(ev);

@@ -39,6 +39,12 @@ int evq_push(struct sr_evq *q, void *obj, int type, int port);
 /* Take one event, blocking unless the fd is O_NONBLOCK: 0 or -errno
  * (-EAGAIN when non-blocking and empty, -EINTR when a signal came). */
 int evq_pop(struct sr_evq *q, struct sr_ev *out);
+/* evq_pop, calling got(event, arg) under the queue's lock once the event
+ * is taken: whoever removes an object's events (evq_remove_obj) before
+ * it waits for the object's events to be acknowledged then either finds
+ * the event still queued or sees what got counted, never neither. */
+int evq_pop_cb(struct sr_evq *q, struct sr_ev *out, void (*got)(const struct sr_ev *, void *),
+	       void *arg);
 /* Drop every event whose obj is @obj; returns how many. */
 unsigned int evq_remove_obj(struct sr_evq *q, void *obj);
 

@@ -265,25 +265,23 @@ SR_EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, 
 
 /* ---- async events --------------------------------------------------------- */
 
-SR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
+/* The event taken off the queue, as the program sees it, counted for
+ * the destroy of its object, under the queue's lock (evq_pop_cb): a
+ * destroy that took the object's events off the queue first then sees
+ * this one counted, and waits for its acknowledgement. */
+static void async_event_got(const struct sr_ev *ev, void *arg)
 {
-	struct sr_context *ctx = to_ctx(context);
-	struct sr_ev ev;
-	int ret = evq_pop(&ctx->async, &ev);
+	struct ibv_async_event *event = arg;
 
-	if (ret) {
-		errno = -ret;
-		return -1;
-	}
 	memset(event, 0, sizeof(*event));
-	event->event_type = (enum ibv_event_type)ev.type;
+	event->event_type = (enum ibv_event_type)ev->type;
 	switch (event->event_type) {
 	case IBV_EVENT_CQ_ERR:
-		event->element.cq = ev.obj;
+		event->element.cq = ev->obj;
 		break;
 	case IBV_EVENT_SRQ_ERR:
 	case IBV_EVENT_SRQ_LIMIT_REACHED:
-		event->element.srq = ev.obj;
+		event->element.srq = ev->obj;
 		break;
 	case IBV_EVENT_PORT_ACTIVE:
 	case IBV_EVENT_PORT_ERR:
@@ -292,15 +290,27 @@ SR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_
 	case IBV_EVENT_SM_CHANGE:
 	case IBV_EVENT_CLIENT_REREGISTER:
 	case IBV_EVENT_GID_CHANGE:
-		event->element.port_num = ev.port;
+		event->element.port_num = ev->port;
 		break;
 	case IBV_EVENT_DEVICE_FATAL:
 		break;
 	default:
-		event->element.qp = ev.obj;
+		event->element.qp = ev->obj;
 		break;
 	}
 	verbs_async_event_got(event);
+}
+
+SR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
+{
+	struct sr_context *ctx = to_ctx(context);
+	struct sr_ev ev;
+	int ret = evq_pop_cb(&ctx->async, &ev, async_event_got, event);
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
 	return 0;
 }
 

@@ -249,7 +249,11 @@ SR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 		return EBUSY;
 	/* ibv_get_cq_event(3): destroy waits until every event handed out
 	 * was acknowledged. Acking more than was handed out is the
-	 * program's bug, and must not turn into a hang here. */
+	 * program's bug, and must not turn into a hang here. Events not yet
+	 * handed out go first: one taken meanwhile is counted (evq_pop_cb). */
+	if (ibcq->channel)
+		evq_remove_obj(&to_chan(ibcq->channel)->evq, cq);
+	evq_remove_obj(&to_ctx(ibcq->context)->async, cq);
 	pthread_mutex_lock(&ibcq->mutex);
 	while (ibcq->comp_events_completed < cq->events_pending ||
 	       ibcq->async_events_completed < cq->async_given)
@@ -259,22 +263,31 @@ SR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	return sr_err(ret);
 }
 
+/* A completion event taken off its channel: counted for ibv_destroy_cq,
+ * under the channel's lock (evq_pop_cb). */
+static void cq_event_got(const struct sr_ev *ev, void *arg)
+{
+	struct sr_cq *c = ev->obj;
+
+	(void)arg;
+	pthread_mutex_lock(&c->ibcq.mutex);
+	c->events_pending++;
+	pthread_mutex_unlock(&c->ibcq.mutex);
+}
+
 SR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
 			       void **cq_context)
 {
 	struct sr_comp_channel *ch = to_chan(channel);
 	struct sr_ev ev;
 	struct sr_cq *c;
-	int ret = evq_pop(&ch->evq, &ev);
+	int ret = evq_pop_cb(&ch->evq, &ev, cq_event_got, NULL);
 
 	if (ret) {
 		errno = -ret;
 		return -1;
 	}
 	c = ev.obj;
-	pthread_mutex_lock(&c->ibcq.mutex);
-	c->events_pending++;
-	pthread_mutex_unlock(&c->ibcq.mutex);
 	*cq = (struct ibv_cq *)c;
 	*cq_context = c->ibcq.cq_context;
 	return 0;
@@ -316,6 +329,7 @@ SR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 
 	if (atomic_load(&srq->refs))
 		return EBUSY;
+	evq_remove_obj(&to_ctx(ibsrq->context)->async, srq);	/* (as ibv_destroy_cq) */
 	pthread_mutex_lock(&ibsrq->mutex);
 	while (ibsrq->events_completed < srq->async_given)
 		pthread_cond_wait(&ibsrq->cond, &ibsrq->mutex);
@@ -400,6 +414,7 @@ SR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
 	struct sr_qp *qp = to_qp(ibqp);
 
+	evq_remove_obj(&to_ctx(ibqp->context)->async, qp);	/* (as ibv_destroy_cq) */
 	pthread_mutex_lock(&ibqp->mutex);
 	while (ibqp->events_completed < qp->async_given)
 		pthread_cond_wait(&ibqp->cond, &ibqp->mutex);

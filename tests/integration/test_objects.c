@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/mman.h>
 #include <string.h>
@@ -385,6 +388,66 @@ static void recv_access_change(void)
 	      "receive into a region without local write: wr_id %llu %s, want LOC_PROT_ERR",
 	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 	check_filled(d.p, 0xdd, 4096, "a region without local write");
+	exit(0);
+}
+
+/* An async event taken by one thread while another destroys its QP: the
+ * destroy either drops the event (not yet taken) or waits for its
+ * acknowledgement (taken), never frees the QP between the two (ASan saw
+ * UCX's async thread acknowledge an event of a freed QP). Each QP is on
+ * an SRQ, so moving it to ERR raises IBV_EVENT_QP_LAST_WQE_REACHED. */
+static struct tctx race_t;
+static _Atomic bool race_stop;
+
+static void *race_events(void *arg)
+{
+	struct pollfd pf = { race_t.ctx->async_fd, POLLIN, 0 };
+
+	(void)arg;
+	while (!atomic_load(&race_stop)) {
+		struct ibv_async_event ev;
+
+		if (poll(&pf, 1, 10) != 1)
+			continue;
+		if (ibv_get_async_event(race_t.ctx, &ev) == 0)
+			ibv_ack_async_event(&ev);
+	}
+	return NULL;
+}
+
+static void async_destroy_race(void)
+{
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	struct ibv_cq *cq;
+	struct ibv_srq *srq;
+	pthread_t th;
+	int flags;
+
+	tctx_open(&race_t);
+	flags = fcntl(race_t.ctx->async_fd, F_GETFL);
+	CHECK(flags >= 0 && fcntl(race_t.ctx->async_fd, F_SETFL, flags | O_NONBLOCK) == 0,
+	      "async fd non-blocking");
+	cq = ibv_create_cq(race_t.ctx, 16, NULL, NULL, 0);
+	srq = ibv_create_srq(race_t.pd, &sa);
+	CHECK(cq && srq, "cq, srq");
+	CHECK(pthread_create(&th, NULL, race_events, NULL) == 0, "thread");
+	for (int i = 0; i < 2000; i++) {
+		struct ibv_qp_init_attr ia = {
+			.send_cq = cq, .recv_cq = cq, .srq = srq, .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 1, .max_send_sge = 1 },
+		};
+		struct ibv_qp *qp = ibv_create_qp(race_t.pd, &ia);
+
+		CHECK(qp, "create qp %d: %s", i, strerror(errno));
+		CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0, "to ERR");
+		if (i & 1)
+			sched_yield();
+		CHECK(ibv_destroy_qp(qp) == 0, "destroy qp %d", i);
+	}
+	atomic_store(&race_stop, true);
+	pthread_join(th, NULL);
+	CHECK(ibv_destroy_srq(srq) == 0 && ibv_destroy_cq(cq) == 0, "destroy srq, cq");
 	exit(0);
 }
 
@@ -855,7 +918,7 @@ static void mr_mapped(void)
 static const struct subtest tests[] = {
 	SUBTEST(pd_busy),	   SUBTEST(cq_busy),	  SUBTEST(channel_busy),
 	SUBTEST(srq_busy),	   SUBTEST(mr_keys),	  SUBTEST(reg_mr_access),
-	SUBTEST(rereg_mr),	   SUBTEST(lkey_changes),  SUBTEST(recv_lkey_changes), SUBTEST(recv_access_change),  SUBTEST(dmabuf),	  SUBTEST(odp),
+	SUBTEST(rereg_mr),	   SUBTEST(lkey_changes),  SUBTEST(recv_lkey_changes), SUBTEST(recv_access_change), SUBTEST(async_destroy_race),  SUBTEST(dmabuf),	  SUBTEST(odp),
 	SUBTEST(channel_nonblock), SUBTEST(cq_events),	  SUBTEST(cq_ex),
 	SUBTEST(resize_cq),	   SUBTEST(srq),	  SUBTEST(srq_last_wqe),
 	SUBTEST(mr_mapped),
