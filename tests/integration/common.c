@@ -1,6 +1,8 @@
 /* Shared helpers for the integration tests; see common.h. */
 #include "common.h"
 
+#include <poll.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -601,4 +603,24 @@ void check_recv_wc(const struct ibv_wc *wc, int opcode, uint32_t byte_len,
 	CHECK(wc->src_qp == 0 || wc->src_qp == remote->qp_num,
 	      "%s: src_qp %u, want %u (or 0: RC leaves it undefined)", what,
 	      wc->src_qp, remote->qp_num);
+}
+
+int wait_async_event(struct ibv_context *ctx, const void *obj, enum ibv_event_type type, int ms)
+{
+	struct pollfd pf = { ctx->async_fd, POLLIN, 0 };
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	while (now_ms() < end) {
+		struct ibv_async_event ev;
+		int got;
+
+		if (poll(&pf, 1, 20) != 1)
+			continue;
+		CHECK(ibv_get_async_event(ctx, &ev) == 0, "ibv_get_async_event: %s", strerror(errno));
+		got = ev.event_type == type && (const void *)ev.element.qp == obj;
+		ibv_ack_async_event(&ev);
+		if (got)
+			return 1;
+	}
+	return 0;
 }

@@ -187,6 +187,10 @@ void expect_wc(struct ibv_cq *cq, struct ibv_wc *wc, uint64_t wr_id,
 	       enum ibv_wc_status status, int opcode, const char *what);
 /* CHECK that no completion arrives within ms. */
 void expect_no_wc(struct ibv_cq *cq, int ms, const char *what);
+/* Wait up to ms for an async event of type about obj (a QP, CQ or SRQ:
+ * compared as the event's element pointer), acknowledging every event
+ * taken: 1 if it came, 0 if not. */
+int wait_async_event(struct ibv_context *ctx, const void *obj, enum ibv_event_type type, int ms);
 /* Receive-side checks: status success, opcode, byte_len, qp_num; src_qp,
  * which the man page defines only for UD, must be 0 or the sender's QPN. */
 void check_recv_wc(const struct ibv_wc *wc, int opcode, uint32_t byte_len,

@@ -418,15 +418,6 @@ static void inline_data(void)
 /* Bind a type-2 MW over b's buffer by posting BIND_MW on b; returns the
  * MW's new rkey, or SKIPs if the device has no type-2 MWs. */
 static uint32_t bind_mw2_acc(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
-			     uint8_t *addr, size_t len, unsigned int extra);
-
-static uint32_t bind_mw2(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
-			 uint8_t *addr, size_t len)
-{
-	return bind_mw2_acc(d, mwp, mr, addr, len, 0);
-}
-
-static uint32_t bind_mw2_acc(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
 			     uint8_t *addr, size_t len, unsigned int extra)
 {
 	struct ibv_mw *mw = ibv_alloc_mw(d->t.pd, IBV_MW_TYPE_2);
@@ -455,6 +446,12 @@ static uint32_t bind_mw2_acc(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *m
 		  "BIND_MW");
 	*mwp = mw;
 	return rkey;
+}
+
+static uint32_t bind_mw2(struct dp *d, struct ibv_mw **mwp, struct ibv_mr *mr,
+			 uint8_t *addr, size_t len)
+{
+	return bind_mw2_acc(d, mwp, mr, addr, len, 0);
 }
 
 static void write_via_mw_ok(struct dp *d, uint8_t *target, uint32_t rkey)

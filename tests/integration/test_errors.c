@@ -3,7 +3,6 @@
 #include "common.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -508,22 +507,8 @@ static void responder_access_event(void)
 			 e.sa.mr->lkey, IBV_SEND_SIGNALED, (uintptr_t)e.sb.p,
 			 ~e.sb.mr->rkey, 0) == 0, "post WRITE");
 	expect_wc(e.p.a.scq, &wc, 1, IBV_WC_REM_ACCESS_ERR, -1, "bad rkey");
-	struct pollfd pf = { e.t.ctx->async_fd, POLLIN, 0 };
-	uint64_t end = now_ms() + DEADLINE_MS;
-	int got = 0;
-	while (!got && now_ms() < end) {
-		if (poll(&pf, 1, 100) != 1)
-			continue;
-		struct ibv_async_event ev;
-		CHECK(ibv_get_async_event(e.t.ctx, &ev) == 0, "get event");
-		NOTE("async event %s", ibv_event_type_str(ev.event_type));
-		if (ev.event_type == IBV_EVENT_QP_ACCESS_ERR &&
-		    ev.element.qp == e.p.b.qp)
-			got = 1;
-		ibv_ack_async_event(&ev);
-	}
-	CHECK(got, "no IBV_EVENT_QP_ACCESS_ERR for the responder QP within %d ms",
-	      DEADLINE_MS);
+	CHECK(wait_async_event(e.t.ctx, e.p.b.qp, IBV_EVENT_QP_ACCESS_ERR, DEADLINE_MS),
+	      "no IBV_EVENT_QP_ACCESS_ERR for the responder QP within %d ms", DEADLINE_MS);
 	exit(0);
 }
 

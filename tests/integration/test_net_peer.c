@@ -484,27 +484,6 @@ static void held_close_opts(struct net_opts *o)
 
 /* ---- SQD while a SEND waits for its ACK ----------------------------------- */
 
-/* The next IBV_EVENT_SQ_DRAINED for qp within ms: 1, or 0 if none. */
-static int sq_drained(struct net_end *n, int ms)
-{
-	struct pollfd pf = { n->t.ctx->async_fd, POLLIN, 0 };
-	uint64_t end = now_ms() + (uint64_t)ms;
-
-	while (now_ms() < end) {
-		struct ibv_async_event ev;
-		int got;
-
-		if (poll(&pf, 1, 20) != 1)
-			continue;
-		CHECK(ibv_get_async_event(n->t.ctx, &ev) == 0, "get event");
-		got = ev.event_type == IBV_EVENT_SQ_DRAINED && ev.element.qp == n->qp;
-		ibv_ack_async_event(&ev);
-		if (got)
-			return 1;
-	}
-	return 0;
-}
-
 /* B is stopped, so A's SEND is written but not acknowledged: RTS->SQD
  * with the notice reports sq_draining 1 and no event; once B runs and
  * acknowledges, the SEND completes, then IBV_EVENT_SQ_DRAINED comes and
@@ -531,10 +510,10 @@ static void sqd_drain_a(struct net_end *n)
 	CHECK(ibv_query_qp(n->qp, &a, IBV_QP_STATE, &ia) == 0, "query");
 	CHECK(a.qp_state == IBV_QPS_SQD && a.sq_draining == 1, "while draining: %d, sq_draining %u",
 	      a.qp_state, a.sq_draining);
-	CHECK(!sq_drained(n, 100), "SQ_DRAINED with a SEND unacknowledged");
+	CHECK(!wait_async_event(n->t.ctx, n->qp, IBV_EVENT_SQ_DRAINED, 100), "SQ_DRAINED with a SEND unacknowledged");
 	CHECK(kill(n->peer_pid, SIGCONT) == 0, "SIGCONT");
 	expect_wc(n->scq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_SEND, "the SEND begun before SQD");
-	CHECK(sq_drained(n, DEADLINE_MS), "no SQ_DRAINED after the last SEND completed");
+	CHECK(wait_async_event(n->t.ctx, n->qp, IBV_EVENT_SQ_DRAINED, DEADLINE_MS), "no SQ_DRAINED after the last SEND completed");
 	CHECK(ibv_query_qp(n->qp, &a, IBV_QP_STATE, &ia) == 0 && a.sq_draining == 0,
 	      "sq_draining %u once drained", a.sq_draining);
 	expect_no_wc(n->scq, 100, "the SEND posted in SQD");

@@ -5,7 +5,6 @@
 #include "common.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <string.h>
 
 #define INIT_REQ (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | \
@@ -375,28 +374,6 @@ static void sqd(void)
 	qs_close(&q);
 }
 
-/* The next async event for qp of type t within ms: 1, or 0 if none came
- * (other events are skipped). */
-static int wait_async(struct tctx *t, struct ibv_qp *qp, enum ibv_event_type type, int ms)
-{
-	struct pollfd pf = { t->ctx->async_fd, POLLIN, 0 };
-	uint64_t end = now_ms() + (uint64_t)ms;
-
-	while (now_ms() < end) {
-		struct ibv_async_event ev;
-		int got;
-
-		if (poll(&pf, 1, 20) != 1)
-			continue;
-		CHECK(ibv_get_async_event(t->ctx, &ev) == 0, "get event");
-		got = ev.event_type == type && ev.element.qp == qp;
-		ibv_ack_async_event(&ev);
-		if (got)
-			return 1;
-	}
-	return 0;
-}
-
 /* SQD with en_sqd_async_notify: IBV_EVENT_SQ_DRAINED once what was begun
  * has completed (here: nothing), sq_draining 0 then; a SEND posted in
  * SQD waits for RTS, then goes; without the notice, no event. */
@@ -414,7 +391,7 @@ static void sqd_drained(void)
 	pair_create(&t, &p, &o);
 	buf_alloc(&t, &b, 4096, ACC_ALL);
 	CHECK(ibv_modify_qp(p.a.qp, &a, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY) == 0, "RTS->SQD");
-	CHECK(wait_async(&t, p.a.qp, IBV_EVENT_SQ_DRAINED, DEADLINE_MS),
+	CHECK(wait_async_event(t.ctx, p.a.qp, IBV_EVENT_SQ_DRAINED, DEADLINE_MS),
 	      "no IBV_EVENT_SQ_DRAINED within %d ms", DEADLINE_MS);
 	CHECK(ibv_query_qp(p.a.qp, &a, IBV_QP_STATE | IBV_QP_CUR_STATE, &ia) == 0, "query");
 	CHECK(a.qp_state == IBV_QPS_SQD && !a.sq_draining, "query in SQD: %s, draining %u",
@@ -430,7 +407,7 @@ static void sqd_drained(void)
 	expect_wc(p.b.rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "the SEND, at the peer");
 	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_SQD };
 	CHECK(ibv_modify_qp(p.a.qp, &a, IBV_QP_STATE) == 0, "RTS->SQD without the notice");
-	CHECK(!wait_async(&t, p.a.qp, IBV_EVENT_SQ_DRAINED, 200), "SQ_DRAINED not asked for");
+	CHECK(!wait_async_event(t.ctx, p.a.qp, IBV_EVENT_SQ_DRAINED, 200), "SQ_DRAINED not asked for");
 	exit(0);
 }
 
