@@ -51,7 +51,7 @@ static void direct_finish(struct tcp_chan *tc, struct rx_out *out)
 	d->msg->flags |= d->failed ? SR_MSGF_PLACE_ERR : SR_MSGF_PLACED;
 	if (d->msg->op == SR_MSG_READ_RESP && !(d->msg->flags & SR_MSGF_MORE))
 		note_answer(tc, d->msg->msn);
-	out->m[out->n++] = d->msg;
+	out_add(out, d->msg);
 	d->msg = NULL;
 }
 
@@ -106,7 +106,7 @@ static void send_done(struct tcp_chan *tc, struct rx_out *out)
 		m->flags |= SR_MSGF_TOO_LONG;
 	m->placed = (uint32_t)sd->got;
 	m->msn = tc->rx_req_msn++;
-	out->m[out->n++] = m;
+	out_add(out, m);
 	sd->msg = NULL;
 	sd->active = false;
 }

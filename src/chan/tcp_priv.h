@@ -339,7 +339,23 @@ struct rsp_ctx *rsp_take(struct tcp_chan *tc, uint32_t msn);
 struct rx_out {
 	struct sr_msg *m[64];
 	int n;
+	/* A positive cumulative ACK (the commonest answer) that came before
+	 * any other answer in this batch: taken as its msn alone, without a
+	 * message, and applied before m[] (answers stay in order among
+	 * themselves; requests are independent of them). */
+	bool ack;
+	uint32_t ack_msn;
+	bool answers;			/* m[] holds an answer: ACKs after it
+					 * go as messages, in order */
 };
+
+static inline void out_add(struct rx_out *out, struct sr_msg *m)
+{
+	if (m->op == SR_MSG_ACK || m->op == SR_MSG_RNR || m->op == SR_MSG_READ_RESP ||
+	    m->op == SR_MSG_ATOMIC_RESP || m->op == SR_MSG_TERMINATE)
+		out->answers = true;
+	out->m[out->n++] = m;
+}
 
 /* tcp_rx.c, for tcp_direct.c: read from the stream (socket or ring) into
  * our buffer, or (io_readv) into application memory; the core message

@@ -352,6 +352,14 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		}
 		if (h.mo >= SR_ST_SHM_SWITCH && h.mo <= SR_ST_SHM_OFFER)
 			return shm_ctl(tc, (uint8_t)h.mo, body, blen) ? -EBADMSG : 0;
+		if (h.mo == SR_ST_OK && !out->answers) {
+			/* (cumulative: the latest covers the others) */
+			if (!out->ack || (int32_t)(h.msn - out->ack_msn) > 0)
+				out->ack_msn = h.msn;
+			out->ack = true;
+			note_answer(tc, h.msn);
+			return 0;
+		}
 		/* fall through */
 	case SR_EXT_RNR:
 		m = as_start(h.opcode == SR_EXT_ACK ? SR_MSG_ACK : SR_MSG_RNR);
@@ -364,7 +372,7 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		return -EBADMSG;
 	}
 	if (m)
-		out->m[out->n++] = m;
+		out_add(out, m);
 	if (m && (m->op == SR_MSG_ACK || m->op == SR_MSG_ATOMIC_RESP ||
 		  (m->op == SR_MSG_READ_RESP && !(m->flags & SR_MSGF_MORE))))
 		note_answer(tc, m->msn);
@@ -432,7 +440,7 @@ static int rx_parse(struct tcp_chan *tc, struct sr_qp *qp, struct rx_out *out)
 		    avail < mpa_fpdu_len(ulen)) {
 			struct ddp_hdr h;
 
-			if (out->n)
+			if (out->n || out->ack)
 				break;
 			if (ddp_hdr_decode(p + MPA_ULPDU_LEN_SIZE, ulen, &h) != DDP_TAGGED_HDR_LEN) {
 				ret = -EBADMSG;
@@ -563,7 +571,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		struct sr_qp *qp;
 		ssize_t n = 0;
 		int perr = 0, derr = 0;
-		bool eof = false, progress = false;
+		bool eof = false, progress = false, got;
 		size_t rwant;
 
 		if (!locked)
@@ -622,10 +630,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		}
 		if (!tc->dr.active && !perr)
 			perr = rx_parse(tc, qp, &out);
-		if (out.n)
+		got = out.n || out.ack;
+		if (got)
 			progress = true;
 
-		if (out.n && tc->shm_rx && shm_pulls_sent(tc)) {
+		if (got && tc->shm_rx && shm_pulls_sent(tc)) {
 			/* a payload of ours the peer found gone fails its WQE
 			 * before the peer's answer to it settles it */
 			pthread_mutex_lock(&tc->lock);
@@ -634,9 +643,9 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			if (tc->nfaults)
 				tcp_tx_faults(tc);
 		}
-		if (out.n)
-			qp_rx_many(qp, out.m, out.n);
-		if (tc->rx_ans_new && !(poller && out.n && !eof && !perr)) {
+		if (got)
+			qp_rx_many(qp, out.m, out.n, out.ack ? &out.ack_msn : NULL);
+		if (tc->rx_ans_new && !(poller && got && !eof && !perr)) {
 			/* (a poller's pass does it below, with its other look) */
 			pthread_mutex_lock(&tc->lock);
 			ans_apply_locked(tc);
@@ -655,7 +664,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			}
 			return "protocol error";
 		}
-		if (poller && out.n && !eof) {
+		if (poller && got && !eof) {
 			bool defer;
 
 			pthread_mutex_lock(&tc->lock);

@@ -200,8 +200,9 @@ void qp_init_wr_ops(struct sr_qp *qp);
  * kept it (the channel must not free it). Takes the QP lock itself. */
 bool qp_rx(struct sr_qp *qp, struct sr_msg *m);
 /* The same for n messages in order, under one hold of the QP lock; frees
- * those the QP does not keep. */
-void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n);
+ * those the QP does not keep. ack (may be NULL): a positive cumulative
+ * ACK for msn *ack, without its message, that came before them. */
+void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack);
 void qp_chan_lost(struct sr_qp *qp);
 /* The peer QP was destroyed or reset in an orderly way. As on IB, the QP
  * stays as it is (receives stay posted) until it next needs the peer:

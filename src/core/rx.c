@@ -797,9 +797,13 @@ bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
 	return kept;
 }
 
-void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n)
+void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
 {
 	pthread_mutex_lock(&qp->lock);
+	/* (what qp_rx_locked does with an ACK message of status OK) */
+	if (ack && (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ||
+		    qp->state == IBV_QPS_SQE))
+		sq_ack_upto_locked(qp, *ack);
 	for (int i = 0; i < n; i++)
 		if (!qp_rx_locked(qp, m[i]))
 			msg_free(m[i]);
