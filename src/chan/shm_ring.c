@@ -114,13 +114,7 @@ static void put_hdr(struct shm_ring *r, uint64_t pos, uint32_t kind, uint32_t le
 #if defined(__x86_64__) || defined(__i386__)
 static _Atomic int have_prefetchw = -1;
 
-static void prefetch_w(const void *p)
-{
-	/* (asm: __builtin_prefetch emits it only in code built for it) */
-	__asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
-}
-
-static void prefetch_for_write(const void *p)
+static void prefetch_lines(const struct shm_ring *r, uint64_t from, uint64_t to)
 {
 	int have = atomic_load_explicit(&have_prefetchw, memory_order_relaxed);
 
@@ -132,27 +126,33 @@ static void prefetch_for_write(const void *p)
 		have = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & (1U << 8));
 		atomic_store_explicit(&have_prefetchw, have, memory_order_relaxed);
 	}
-	if (have)
-		prefetch_w(p);
+	if (!have)
+		return;
+	/* (asm: __builtin_prefetch emits it only in code built for it) */
+	for (uint64_t a = from; a < to; a += 64)
+		__asm__ volatile("prefetchw %0" : : "m"(r->data[a & (r->size - 1)]));
 }
 #else
-static void prefetch_for_write(const void *p)
+static void prefetch_lines(const struct shm_ring *r, uint64_t from, uint64_t to)
 {
-	__builtin_prefetch(p, 1, 3);
+	for (uint64_t a = from; a < to; a += 64)
+		__builtin_prefetch(&r->data[a & (r->size - 1)], 1, 3);
 }
 #endif
 
 #define PREFETCH_FROM	64
 #define PREFETCH_TO	512
 
+/* (every line of the window each time: a line asked for once, messages
+ * before it is written, was taken back by then; with the vCPUs far apart
+ * asking once per line gained nothing) */
 static void prefetch_ahead(const struct shm_ring *r)
 {
 	uint64_t end = r->pos + PREFETCH_TO, lim = r->seen_head + r->size;
 
 	if (end > lim)
 		end = lim;	/* (unread records beyond: the consumer's) */
-	for (uint64_t a = (r->pos + PREFETCH_FROM) & ~63ULL; a < end; a += 64)
-		prefetch_for_write(r->data + (a & (r->size - 1)));
+	prefetch_lines(r, (r->pos + PREFETCH_FROM) & ~63ULL, end);
 }
 
 /* The body of a mapped record after its header (32 bytes). */
