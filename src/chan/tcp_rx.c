@@ -567,13 +567,16 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 	tc->rx_poller = poller;
 
 	for (;;) {
-		struct rx_out out = { .n = 0 };
+		struct rx_out out;	/* (m[] not zeroed: 512 bytes a pass) */
 		struct sr_qp *qp;
 		ssize_t n = 0;
 		int perr = 0, derr = 0;
 		bool eof = false, progress = false, got;
 		size_t rwant;
 
+		out.n = 0;
+		out.ack = out.answers = false;
+		out.ack_msn = 0;
 		if (!locked)
 			pthread_mutex_lock(&tc->lock);
 		locked = false;
