@@ -9,6 +9,9 @@
 # same floor with each other, never across.
 #
 #   usage: bench/ab.sh ROUNDS BUILD_DIR...
+#   AB_FLOOR=far (or close): each round waits, up to 10 minutes, for a
+#   floor above 0.2 µs (below 0.07 µs) first, so that all rounds are of
+#   one kind; a round that flipped midway shows in the next floor.
 #   e.g.:  git worktree add --detach /tmp/base HEAD~1 && cmake -S /tmp/base -B /tmp/base/build
 #          && cmake --build /tmp/base/build -j2 && bench/ab.sh 5 /tmp/base/build build
 #
@@ -60,9 +63,28 @@ run() {
 		END { print (v + 0 > 0 ? v + 0 : "-") }' "$tmp/cli"
 }
 
+# wanted FLOOR: is this floor of the kind AB_FLOOR asks for?
+wanted() {
+	case ${AB_FLOOR:-} in
+	far) awk -v f="$1" 'BEGIN { exit !(f > 0.2) }' ;;
+	close) awk -v f="$1" 'BEGIN { exit !(f < 0.07) }' ;;
+	*) return 0 ;;
+	esac
+}
+case ${AB_FLOOR:-} in
+'' | far | close) ;;
+*) echo "bench/ab: AB_FLOOR is far or close" >&2; exit 2 ;;
+esac
+
 printf '%-5s %-10s %-28s %12s %12s %14s\n' round floor_us build send_lat_us write_lat_us send_bw64_Mpps
 for ((r = 1; r <= ROUNDS; r++)); do
-	floor=$("$tmp/ring_lat" 200000 1 | awk '/^floor/ { print $(NF - 2) }')
+	t0=$SECONDS
+	while :; do
+		floor=$("$tmp/ring_lat" 200000 1 | awk '/^floor/ { print $(NF - 2) }')
+		wanted "$floor" && break
+		((SECONDS - t0 < 600)) || { echo "bench/ab: no $AB_FLOOR floor in 10 minutes" >&2; exit 2; }
+		sleep 3
+	done
 	for b in "$@"; do
 		printf '%-5s %-10s %-28s %12s %12s %14s\n' "$r" "$floor" "$b" \
 			"$(run "$b" 5 ib_send_lat -s 8 -n 200000)" \
