@@ -404,30 +404,27 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 	}
 }
 
-ssize_t shm_send_whole(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len)
+ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len)
 {
-	static const uint8_t own[4] = { SHM_OWN, SHM_OWN, SHM_OWN, SHM_OWN };
 	struct shm_link *l = tc->shm;
 	ssize_t k;
 
-	if (n > (int)ARRAY_SIZE(own)) {
-		errno = EINVAL;
-		return -1;
-	}
 	/* before the space of released records is written again */
 	shm_faults_locked(tc);
 	if (l->broken) {
 		errno = EPROTO;
 		return -1;
 	}
-	if (!shm_ring_fits(&l->tx, len))
+	k = shm_ring_write_small(&l->tx, iov, n, len);
+	if (k == 0)
 		return 0;
-	k = shm_ring_write(&l->tx, iov, own, n, &l->io, NULL, NULL);
-	if (k != (ssize_t)len) {
-		/* (fits said it would go whole: only a head the peer moved
-		 * back, or made impossible, says otherwise) */
+	if (k == -EINVAL) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (k < 0) {
 		l->broken = "corrupt ring (head)";
-		shm_self_wake(tc);
+		shm_self_wake(tc);	/* the receive side ends the stream */
 		errno = EPROTO;
 		return -1;
 	}
@@ -458,8 +455,8 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 			wake_producer(l);
 			return k;
 		}
-		if (k == -EFAULT) {
-			errno = EFAULT;
+		if (k == -EFAULT || k == -ENOMSG) {
+			errno = (int)-k;
 			return -1;
 		}
 		if (k < 0) {
@@ -479,6 +476,25 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 		atomic_thread_fence(memory_order_seq_cst);
 		slept = true;
 	}
+}
+
+_Static_assert(SR_SMALL_MAX == SHM_SMALL_PAYLOAD, "chan.h's small requests are small messages");
+_Static_assert(sizeof(struct shm_small) + SHM_SMALL_PAYLOAD <= SHM_SMALL_MAX,
+	       "a small message fits a small record");
+
+ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap)
+{
+	struct shm_link *l = tc->shm;
+	ssize_t k;
+
+	if (l->broken)
+		return -1;
+	k = shm_ring_read_small(&l->rx, buf, cap);
+	if (k > 0)
+		wake_producer(l);
+	else if (k < 0)
+		l->broken = "corrupt ring";
+	return k < 0 ? -1 : k;
 }
 
 uint64_t shm_rx_mark(const struct tcp_chan *tc)

@@ -29,6 +29,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "chan/shm_small.h"
+
 struct tcp_chan;
 
 /* What the channels carried, for SOFTRNIC_STATS=1 (printed at exit). */
@@ -73,10 +75,12 @@ int shm_ctl(struct tcp_chan *tc, uint8_t status, const uint8_t *body, size_t len
 #define SHM_NO_MSN UINT32_MAX
 ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *kinds,
 		 const uint32_t *msns, int n);
-/* Write n pieces of our own bytes (len in all, a few FPDUs) to the ring
- * as one record, whole or not at all: len, 0 if the ring has no room for
- * it now, or -1 with errno (EPROTO: broken). tc->lock held. */
-ssize_t shm_send_whole(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len);
+/* Write one small message (struct shm_small and its payload: n pieces
+ * of our own bytes, len in all) to the ring as one small record, whole or
+ * not at all: len, 0 if the ring has no room for it now, or -1 with
+ * errno (EPROTO: broken). Only at a message boundary of the stream.
+ * tc->lock held. */
+ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len);
 /* Pieces the peer pulled and found gone (it read zeros) fail their WQE
  * as over TCP: their msns go to tc->faults (tcp_tx_faults tells the
  * QP). Call before answers from the peer are delivered. tc->lock held. */
@@ -86,9 +90,14 @@ void shm_faults_locked(struct tcp_chan *tc);
  * answer came in, it sees every record that answer could be to. */
 bool shm_pulls_sent(const struct tcp_chan *tc);
 /* Read like recv/readv: bytes, 0 at the end (the socket ended and the
- * ring is empty), or -1 with errno (EAGAIN empty, EFAULT could not place
- * into iov, EPROTO corrupt ring or unreadable peer). rx_lock held. */
+ * ring is empty), or -1 with errno (EAGAIN empty, ENOMSG a small message
+ * comes next: shm_recv_small, EFAULT could not place into iov, EPROTO
+ * corrupt ring or unreadable peer). rx_lock held. */
 ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app);
+/* If a small message comes next: copied into buf, released, its length.
+ * 0: none next (or nothing), -1: the ring is broken (shm_broken says
+ * why), also by a small message longer than cap. rx_lock held. */
+ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap);
 /* Why the rings cannot be used any more, or NULL. */
 const char *shm_broken(const struct tcp_chan *tc);
 /* Where our reading of the ring stands (rx_lock held): the position

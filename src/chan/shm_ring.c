@@ -186,6 +186,24 @@ static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *ad
 	return REMOTE_SIZE;
 }
 
+/* One record of kind whose len bytes (n pieces of our own) fit whole at
+ * r->pos without wrapping: write and publish it. */
+static void write_whole(struct shm_ring *r, uint32_t kind, const struct iovec *iov, int n,
+			uint64_t len)
+{
+	uint64_t pos = r->pos;
+	uint8_t *d = r->data + (pos & (r->size - 1)) + SHM_REC_HDR;
+
+	for (int i = 0; i < n; i++) {
+		memcpy(d, iov[i].iov_base, iov[i].iov_len);
+		d += iov[i].iov_len;
+	}
+	r->pos = pos + SHM_REC_HDR + pad8(len);
+	put_hdr(r, pos, kind, (uint32_t)len, r->pos);
+	atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
+	prefetch_ahead(r);
+}
+
 bool shm_ring_fits(struct shm_ring *r, size_t len)
 {
 	uint64_t need = SHM_REC_HDR + pad8(len) + SHM_REC_HDR, used;
@@ -200,6 +218,38 @@ bool shm_ring_fits(struct shm_ring *r, size_t len)
 		return false;	/* (corrupt: shm_ring_write says so) */
 	r->seen_head = r->pos - used;
 	return r->size - used >= need;
+}
+
+ssize_t shm_ring_write_small(struct shm_ring *r, const struct iovec *iov, int n, size_t len)
+{
+	uint64_t used, total = 0, need = SHM_REC_HDR + pad8(len) + SHM_REC_HDR, pos = r->pos;
+
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (!len || len > SHM_SMALL_MAX || total != len)
+		return -EINVAL;
+	/* (as shm_ring_write: what we saw is never ahead of the truth) */
+	used = pos - r->seen_head;
+	if (used > r->size || r->size - used < need) {
+		used = pos - atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+		if (used > r->size)
+			return -EPROTO;
+		r->seen_head = pos - used;
+		if (r->size - used < need)
+			return 0;
+	}
+	if ((pos & (r->size - 1)) + SHM_REC_HDR + len <= r->size) {
+		write_whole(r, SHM_REC_SMALL, iov, n, len);
+		return (ssize_t)len;
+	}
+	/* The body wraps (a header never does: both are 8-aligned). */
+	for (int i = 0, off = 0; i < n; off += (int)iov[i].iov_len, i++)
+		ring_in(r, pos + SHM_REC_HDR + (uint64_t)off, iov[i].iov_base, iov[i].iov_len, NULL);
+	r->pos = pos + SHM_REC_HDR + pad8(len);
+	put_hdr(r, pos, SHM_REC_SMALL, (uint32_t)len, r->pos);
+	atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
+	prefetch_ahead(r);
+	return (ssize_t)len;
 }
 
 ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_t *kinds, int n,
@@ -226,22 +276,13 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 		/* The common case, a few FPDUs of our own bytes (a small
 		 * message): one inline record, if it fits whole and does not
 		 * wrap, written without the general loop's bookkeeping. */
-		uint64_t len = 0, off = pos & (r->size - 1);
-		uint8_t *d;
+		uint64_t len = 0;
 
 		for (i = 0; i < n && kinds[i] == SHM_OWN; i++)
 			len += iov[i].iov_len;
 		if (i == n && len && len <= SHM_REC_MAX && free >= SHM_REC_HDR + pad8(len) &&
-		    off + SHM_REC_HDR + len <= r->size) {
-			d = r->data + off + SHM_REC_HDR;
-			for (i = 0; i < n; i++) {
-				memcpy(d, iov[i].iov_base, iov[i].iov_len);
-				d += iov[i].iov_len;
-			}
-			r->pos = pos + SHM_REC_HDR + pad8(len);
-			put_hdr(r, pos, SHM_REC_INLINE, (uint32_t)len, r->pos);
-			atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
-			prefetch_ahead(r);
+		    (pos & (r->size - 1)) + SHM_REC_HDR + len <= r->size) {
+			write_whole(r, SHM_REC_INLINE, iov, n, len);
 			if (notes)
 				*nnotes = 0;
 			return (ssize_t)len;
@@ -364,6 +405,8 @@ static int next_record(struct shm_ring *r)
 	if (h[1] == 0 || h[1] > SHM_REC_MAX)
 		return -EPROTO;
 	if (h[0] == SHM_REC_INLINE)
+		size = SHM_REC_HDR + pad8(h[1]);
+	else if (h[0] == SHM_REC_SMALL && h[1] <= SHM_SMALL_MAX)
 		size = SHM_REC_HDR + pad8(h[1]);
 	else if (h[0] == SHM_REC_REMOTE)
 		size = REMOTE_SIZE;
@@ -582,6 +625,10 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 		}
 		if (is_remote(r->rec_kind) && got)
 			break;
+		if (r->rec_kind == SHM_REC_SMALL) {
+			ret = -ENOMSG;	/* (returned only if nothing was read) */
+			break;
+		}
 		k = read_piece(r, iov, n, di, doff, want - got, app, io, &mapped);
 		if (k < 0) {
 			ret = k;
@@ -618,6 +665,26 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 	if (got)
 		return (ssize_t)got;
 	return ret;
+}
+
+ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap)
+{
+	if (!r->rec) {
+		int e = next_record(r);
+
+		if (e <= 0)
+			return e;
+	}
+	if (r->rec_kind != SHM_REC_SMALL)
+		return 0;
+	if (r->rec_len > cap)
+		return -EPROTO;
+	ring_out(r, r->pos + SHM_REC_HDR, buf, r->rec_len, NULL);
+	r->inlined += r->rec_len;
+	r->pos += r->rec_size;
+	r->rec = false;
+	atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
+	return (ssize_t)r->rec_len;
 }
 
 int shm_ring_pending(struct shm_ring *r)

@@ -13,9 +13,11 @@
  * Record: 8-byte header {u32 kind, u32 len} (host order: both ends are
  * one host), then for kind 0 (inline) len bytes padded to 8, for kind 1
  * (remote) one u64 address, for kind 3 (mapped) {u64 address, u32 fd,
- * u32 pad (0), u64 inode, u64 offset} (32 bytes). Records start 8-aligned
- * and may wrap (a header never does). Indices are free-running u64 byte
- * counts.
+ * u32 pad (0), u64 inode, u64 offset} (32 bytes), for kind 4 (small) len
+ * bytes padded to 8 that are not stream bytes but one whole message the
+ * layer above encodes and decodes itself (at most SHM_SMALL_MAX bytes;
+ * the byte-stream read stops before it). Records start 8-aligned and may
+ * wrap (a header never does). Indices are free-running u64 byte counts.
  *
  * Publishing: the producer writes a record's body, then zeroes the header
  * word right after it (where the next record will start), then stores the
@@ -57,6 +59,10 @@
  * producer's (fd number there, inode, offset): the consumer copies from
  * its own read-only mapping of that memfd if it can, else pulls. */
 #define SHM_REC_MAPPED	3
+/* A small record (kind 4): one message of the layer above, not stream
+ * bytes (shm_ring_write_small, shm_ring_read_small). */
+#define SHM_REC_SMALL	4
+#define SHM_SMALL_MAX	512U
 /* the most stream bytes one record carries (one FPDU's payload fits) */
 #define SHM_REC_MAX	(64U * 1024U)
 
@@ -165,8 +171,15 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes);
 
 /* Producer: would len stream bytes of SHM_OWN pieces go now as one
- * inline record, whole? (Then shm_ring_write writes them so.) */
+ * inline record, whole? (Then shm_ring_write writes them so.) The same
+ * for a small record of len bytes. */
 bool shm_ring_fits(struct shm_ring *r, size_t len);
+
+/* Producer: write n pieces of our own bytes (len in all, 1 to
+ * SHM_SMALL_MAX) as one small record, whole or not at all: len, 0 if it
+ * does not fit now, -EINVAL for a bad len, -EPROTO if the shared head is
+ * impossible. */
+ssize_t shm_ring_write_small(struct shm_ring *r, const struct iovec *iov, int n, size_t len);
 
 /* Producer: was the remote (or mapped) record at pos (already released:
  * pos is below the shared head) read as zeros? Only valid until that
@@ -182,12 +195,20 @@ uint64_t shm_ring_released(const struct shm_ring *r);
  * reading headers gets the chance to place the payload directly.
  * A mapped record is copied from io->map's pointer if it gives one, else
  * pulled as a remote record. A remote record whose memory the producer
- * no longer has reads as zeros (and is marked SHM_REC_FAULTED). Returns bytes read (0: the ring
- * is empty), -EFAULT if the first byte could not be placed into iov
- * (nothing consumed), -EIO if the producer is gone (ESRCH from pull),
- * -EPROTO for a corrupt ring. */
+ * no longer has reads as zeros (and is marked SHM_REC_FAULTED). Stops
+ * before a small record. Returns bytes read (0: the ring is empty),
+ * -ENOMSG if the next record is a small one (nothing read), -EFAULT if
+ * the first byte could not be placed into iov (nothing consumed), -EIO if
+ * the producer is gone (ESRCH from pull), -EPROTO for a corrupt ring. */
 ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool app,
 		      const struct shm_ring_io *io);
+
+/* Consumer: if the next record is a small one, copy it into buf (cap at
+ * least SHM_SMALL_MAX) and release it. Returns its length, 0 if the ring
+ * is empty or the next record (or the rest of the current one) is not
+ * small, -EPROTO for a corrupt ring. The copy is ours: the producer
+ * cannot change what the caller decodes. */
+ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap);
 
 /* Consumer: is anything unread? (-EPROTO: corrupt) */
 int shm_ring_pending(struct shm_ring *r);

@@ -157,6 +157,16 @@ static bool rsp_push(struct tcp_chan *tc, const struct rsp_ctx *rc)
 	return ok;
 }
 
+/* A positive cumulative ACK for msn that comes ahead of any other answer
+ * in out: kept as its msn (the latest covers the others). */
+static void ack_fold(struct tcp_chan *tc, struct rx_out *out, uint32_t msn)
+{
+	if (!out->ack || (int32_t)(msn - out->ack_msn) > 0)
+		out->ack_msn = msn;
+	out->ack = true;
+	note_answer(tc, msn);
+}
+
 /* One whole FPDU's ULPDU. Returns 0, or -EBADMSG for a protocol error
  * (the caller sends TERMINATE and drops the stream). */
 static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct rx_out *out)
@@ -353,11 +363,7 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		if (h.mo >= SR_ST_SHM_SWITCH && h.mo <= SR_ST_SHM_OFFER)
 			return shm_ctl(tc, (uint8_t)h.mo, body, blen) ? -EBADMSG : 0;
 		if (h.mo == SR_ST_OK && !out->answers) {
-			/* (cumulative: the latest covers the others) */
-			if (!out->ack || (int32_t)(h.msn - out->ack_msn) > 0)
-				out->ack_msn = h.msn;
-			out->ack = true;
-			note_answer(tc, h.msn);
+			ack_fold(tc, out, h.msn);
 			return 0;
 		}
 		/* fall through */
@@ -377,6 +383,70 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 		  (m->op == SR_MSG_READ_RESP && !(m->flags & SR_MSGF_MORE))))
 		note_answer(tc, m->msn);
 	return 0;
+}
+
+/* A small message from the ring (struct shm_small, shm.h) at a message
+ * boundary: what its FPDUs would have made (rx_ulpdu), with the same MSNs
+ * counted. out has room for two more. 1: taken, 0: none next, -EBADMSG
+ * malformed (the stream ends with TERMINATE), -ENOMEM, -EPIPE: the ring
+ * is broken. */
+static int small_take(struct tcp_chan *tc, struct rx_out *out)
+{
+	uint8_t buf[sizeof(struct shm_small) + SHM_SMALL_PAYLOAD];
+	struct shm_small h;
+	struct sr_msg *m;
+	ssize_t k = shm_recv_small(tc, buf, sizeof(buf));
+
+	if (k <= 0)
+		return k < 0 ? -EPIPE : 0;
+	/* (the copy is ours: decoded once, from it) */
+	if (shm_small_decode(buf, (size_t)k, &h))
+		return -EBADMSG;
+	/* RFC 5041 §5.3: MSNs per queue, in order; no message in progress */
+	if (h.op == SHM_SMALL_SEND ? tc->as_untagged || h.msn != tc->rx_msn[DDP_QN_SEND]
+				   : tc->as_active)
+		return -EBADMSG;
+	if (h.flags & SHM_SMALL_F_ACK) {
+		if (!out->answers) {
+			ack_fold(tc, out, h.ack_msn);
+		} else {
+			m = as_start(SR_MSG_ACK);
+			if (!m)
+				return -ENOMEM;
+			m->msn = h.ack_msn;
+			m->status = SR_ST_OK;
+			out_add(out, m);
+			note_answer(tc, m->msn);
+		}
+	}
+	if (h.op == SHM_SMALL_SEND) {
+		m = msg_alloc(h.len);
+		if (!m)
+			return -ENOMEM;
+		tc->rx_msn[DDP_QN_SEND]++;
+		m->op = SR_MSG_SEND;
+		if (h.flags & SHM_SMALL_F_SE)
+			m->flags |= SR_MSGF_SE;
+		if (h.flags & SHM_SMALL_F_IMM) {
+			m->flags |= SR_MSGF_IMM;
+			m->imm = h.word;
+		}
+		if (h.flags & SHM_SMALL_F_INV) {
+			m->flags |= SR_MSGF_INV;
+			m->inv_stag = h.word;
+		}
+		m->msn = tc->rx_req_msn++;
+	} else {
+		struct ddp_hdr dh = { .tagged = true, .last = true, .opcode = RDMAP_WRITE,
+				      .stag = h.word, .to = h.to };
+
+		m = tagged_msg(tc, &dh, h.len, h.len);
+		if (!m)
+			return -EBADMSG;
+	}
+	memcpy(m->payload, buf + sizeof(h), h.len);
+	out_add(out, m);
+	return 1;
 }
 
 /* A SEND of one small segment, wholly in rbuf: the staged path delivers
@@ -571,7 +641,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		struct sr_qp *qp;
 		ssize_t n = 0;
 		int perr = 0, derr = 0;
-		bool eof = false, progress = false, got;
+		bool eof = false, progress = false, got, small_next = false;
 		size_t rwant;
 
 		out.n = 0;
@@ -619,7 +689,31 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			/* (on shm: enough staged for this round) */
 		} else if (tc->rlen < RX_BUF) {
 			n = io_recv(tc, tc->rbuf + tc->rlen, rwant);
-			if (n > 0) {
+			if (n < 0 && errno == ENOMSG) {
+				/* A small message comes next in the ring: taken
+				 * at a message boundary, once what is staged
+				 * is delivered (staged bytes that never make
+				 * whole FPDUs before it: a broken peer). */
+				n = 0;
+				small_next = true;
+				if (!tc->rlen && (tc->as_untagged || tc->as_active || tc->sd.active)) {
+					perr = -EBADMSG;
+				} else if (!tc->rlen) {
+					/* (as many as come, as a read of FPDUs
+					 * would bring) */
+					while (out.n + 2 <= (int)ARRAY_SIZE(out.m)) {
+						int e = small_take(tc, &out);
+
+						if (e == -EPIPE)
+							eof = true;
+						else if (e < 0)
+							perr = e;
+						if (e <= 0)
+							break;
+						progress = true;
+					}
+				}
+			} else if (n > 0) {
 				tc->rlen += (size_t)n;
 				progress = true;
 				if (!tc->ext)
@@ -633,6 +727,8 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		}
 		if (!tc->dr.active && !perr)
 			perr = rx_parse(tc, qp, &out);
+		if (small_next && tc->rlen && !out.n && !out.ack && !tc->dr.active && !perr)
+			perr = -EBADMSG;	/* (a partial FPDU, then a small one) */
 		got = out.n || out.ack;
 		if (got)
 			progress = true;

@@ -685,54 +685,22 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	return 0;
 }
 
-/* One FPDU whose header (h) goes at p, after its ULPDU_Length field,
- * and whose payload (plen bytes at pl) follows it elsewhere: sets the
- * length field, writes pad and CRC at trl; returns the header's length
- * with the length field, or -1. */
-static ssize_t small_fpdu(const struct tcp_chan *tc, uint8_t *p, size_t cap, const struct ddp_hdr *h,
-			  const void *pl, size_t plen, uint8_t *trl, size_t *trl_len)
-{
-	ssize_t hl = sr_ext_opcode(h->opcode) ? sr_ext_hdr_encode(p + MPA_ULPDU_LEN_SIZE,
-								   cap - MPA_ULPDU_LEN_SIZE, h)
-					      : ddp_hdr_encode(p + MPA_ULPDU_LEN_SIZE,
-							       cap - MPA_ULPDU_LEN_SIZE, h);
-	size_t ulen;
-	uint32_t crc = 0;
-
-	if (hl < 0)
-		return -1;
-	ulen = (size_t)hl + plen;
-	p[0] = (uint8_t)(ulen >> 8);
-	p[1] = (uint8_t)ulen;
-	if (tc->crc) {
-		struct iovec v[2] = {
-			{ p, MPA_ULPDU_LEN_SIZE + (size_t)hl }, { (void *)pl, plen },
-		};
-
-		crc = fpdu_crc(v, plen ? 2 : 1, mpa_pad(ulen), false);
-	}
-	*trl_len = mpa_fpdu_trailer(trl, ulen, crc);
-	return MPA_ULPDU_LEN_SIZE + hl;
-}
-
-/* A small request straight into the ring (chan.h, send_small): the bytes
- * tcp_send and tcp_flush_locked would write for it, and for the ACK owed
- * before it, without a message, a slot or the iovec arrays. Only on a
- * same-host stream that is up with nothing else to write (the order of
- * the stream), and only when the ring takes it whole; -EAGAIN otherwise,
- * with nothing changed. */
+/* A small request straight into the ring (chan.h, send_small): with the
+ * ACK owed before it, one small message (struct shm_small, shm.h) in
+ * place of the FPDUs tcp_send and tcp_flush_locked would write, without
+ * a message, a slot or the iovec arrays. Only on a same-host stream that
+ * is up with nothing else to write (the order of the stream: a small
+ * record comes at a message boundary), and only when the ring takes it
+ * whole; -EAGAIN otherwise, with nothing changed. */
 int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 {
 	struct tcp_chan *tc = to_tc(ch);
-	uint8_t hb[2 * (MPA_ULPDU_LEN_SIZE + DDP_HDR_MAX) + MPA_TRAILER_MAX];
-	uint8_t trl[MPA_TRAILER_MAX];
-	struct ddp_hdr ah = { .last = true }, h = { .last = true };
-	struct iovec iov[3];
-	size_t off = 0, tl = 0, len;
-	ssize_t k;
+	struct shm_small h = { .len = (uint16_t)r->len };
+	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)r->payload, r->len } };
 	bool ack;
-	int n = 0;
 
+	if (r->len > SR_SMALL_MAX)
+		return -EAGAIN;
 	pthread_mutex_lock(&tc->lock);
 	if (!tc->shm_tx || !tc->ext || tc->state != TS_UP || tc->closed || tc->tx_gate ||
 	    tc->shm_hold_until || tc->shm_sw_pending || tc->cur || !sr_list_empty(&tc->txq) ||
@@ -740,30 +708,27 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 		goto again;
 	ack = tc->ack_pending;
 	if (ack) {
-		ack_hdr(SR_EXT_ACK, tc->ack_msn, SR_ST_OK, &ah);
-		k = small_fpdu(tc, hb, sizeof(hb), &ah, NULL, 0, trl, &tl);
-		if (k < 0)
-			goto again;
-		memcpy(hb + k, trl, tl);
-		off = (size_t)k + tl;
+		h.flags |= SHM_SMALL_F_ACK;
+		h.ack_msn = tc->ack_msn;
 	}
 	if (r->op == SR_MSG_SEND) {
-		send_hdr(tc, r->flags, r->imm, r->inv_stag, &h);
+		h.op = SHM_SMALL_SEND;
+		h.msn = tc->tx_msn[DDP_QN_SEND];
+		if (r->flags & SR_MSGF_SE)
+			h.flags |= SHM_SMALL_F_SE;
+		if (r->flags & SR_MSGF_IMM) {
+			h.flags |= SHM_SMALL_F_IMM;
+			h.word = r->imm;
+		} else if (r->flags & SR_MSGF_INV) {
+			h.flags |= SHM_SMALL_F_INV;
+			h.word = r->inv_stag;
+		}
 	} else {
-		h.tagged = true;
-		h.opcode = RDMAP_WRITE;
-		h.stag = r->stag;
+		h.op = SHM_SMALL_WRITE;
+		h.word = r->stag;
 		h.to = r->to;
 	}
-	k = small_fpdu(tc, hb + off, sizeof(hb) - off, &h, r->payload, r->len, trl, &tl);
-	if (k < 0)
-		goto again;
-	iov[n++] = (struct iovec){ hb, off + (size_t)k };
-	if (r->len)
-		iov[n++] = (struct iovec){ (void *)r->payload, r->len };
-	iov[n++] = (struct iovec){ trl, tl };
-	len = off + (size_t)k + r->len + tl;
-	if (shm_send_whole(tc, iov, n, len) <= 0)
+	if (shm_send_small(tc, iov, r->len ? 2 : 1, sizeof(h) + r->len) <= 0)
 		goto again;	/* (broken: the usual way queues it, and the
 				 * stream's end fails it) */
 	/* written: what tcp_send, tx_encode and the flush note */

@@ -15,7 +15,12 @@
  * 3, inode 7: a 4 KiB stand-in) and an offset and length inside it (ASan
  * checks that the copy stays there), else NULL (pulled: zeros). The
  * producer then writes against the same hostile head, a piece of the
- * stand-in going as mapped records.
+ * stand-in going as mapped records, and a small record. A small record
+ * (kind 4) stops the byte reader (-ENOMSG) and is taken with
+ * shm_ring_read_small into a buffer as large as the channel's (280
+ * bytes: a longer one is -EPROTO, ASan checks the copy stays inside),
+ * then decoded as the channel does (src/chan/shm_small.c): a message it
+ * accepts says exactly how much payload follows its header.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +28,7 @@
 #include <string.h>
 
 #include "chan/shm_ring.h"
+#include "chan/shm_small.h"
 #include "fuzz.h"
 
 #define RING 1024
@@ -73,6 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	};
 	struct shm_ring_ctl ctl;
 	uint8_t *ring = calloc(1, RING), out[300];
+	uint8_t small[sizeof(struct shm_small) + SHM_SMALL_PAYLOAD];
 	struct shm_ring r;
 	uint64_t tail, head;
 	size_t want;
@@ -94,6 +101,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct iovec v = { out, want < sizeof(out) ? want : sizeof(out) };
 		ssize_t k = shm_ring_read(&r, &v, 1, data[17] & 1, &io);
 
+		if (k == -ENOMSG) {
+			struct shm_small h;
+
+			k = shm_ring_read_small(&r, small, sizeof(small));
+			CHECK(k == -EPROTO || (k > 0 && (size_t)k <= sizeof(small)));
+			if (k < 0)
+				break;
+			if (!shm_small_decode(small, (size_t)k, &h))
+				CHECK(sizeof(h) + h.len == (size_t)k && h.len <= SHM_SMALL_PAYLOAD &&
+				      (h.op == SHM_SMALL_SEND || h.op == SHM_SMALL_WRITE));
+			continue;
+		}
 		CHECK(k == -EPROTO || (k >= 0 && (size_t)k <= v.iov_len));
 		if (k <= 0)
 			break;
@@ -107,6 +126,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ssize_t k = shm_ring_write(&r, v, kinds, 3, &io, NULL, NULL);
 
 		CHECK(k == -EPROTO || (k >= 0 && (size_t)k <= sizeof(out) + 300));
+		if (k >= 0) {
+			struct iovec sv = { out, 1 + (size_t)data[16] };
+
+			k = shm_ring_write_small(&r, &sv, 1, sv.iov_len);
+			CHECK(k == -EPROTO || k == 0 || k == (ssize_t)sv.iov_len);
+		}
 	}
 	free(ring);
 	return 0;

@@ -159,7 +159,7 @@ static void corrupt_a(struct net_end *n)
 	net_put(n, T_CORRUPT);
 	net_expect(n, T_CORRUPT + 1, "B scribbled");
 	/* A small SEND now goes the direct way into a ring whose indices
-	 * are garbage (shm_send_whole, shm_ring_fits): it must complete,
+	 * are garbage (shm_send_small, shm_ring_write_small): it must complete,
 	 * with an error, and write nothing of ours outside the ring. */
 	memset(n->b.p + XFER + 12 * KIB, 0x77, 8);
 	CHECK(post_send1(n->qp, IBV_WR_SEND, 21, n->b.p + XFER + 12 * KIB, 8, n->b.mr->lkey,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "chan/shm_ring.h"
+#include "chan/shm_small.h"
 
 #define RING	4096
 
@@ -420,6 +421,132 @@ static void fits_whole(void **state)
 	assert_int_equal(put1(f, buf, 1200, SHM_OWN), -EPROTO);
 }
 
+/* Small records (kind 4) among stream bytes: the byte reader stops in
+ * front of one (-ENOMSG when it has read nothing), shm_ring_read_small
+ * takes it whole, in order, across the ring's end, and takes nothing
+ * else. */
+static void small_records(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t a[300], b[SHM_SMALL_MAX], out[1000], in[SHM_SMALL_MAX];
+	struct iovec two[2] = { { b, 10 }, { b + 10, 90 } };
+	uint64_t left;
+
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (uint8_t)i;
+	for (size_t i = 0; i < sizeof(b); i++)
+		b[i] = (uint8_t)(0xff - i);
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 0);	/* empty */
+	assert_int_equal(put1(f, a, 40, SHM_OWN), 40);
+	assert_int_equal(shm_ring_write_small(&f->tx, two, 2, 100), 100);
+	assert_int_equal(put1(f, a + 40, 60, SHM_OWN), 60);
+	/* stream bytes first: the small reader takes none of them */
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 0);
+	assert_int_equal(get1(f, out, sizeof(out)), 40);
+	assert_memory_equal(out, a, 40);
+	assert_int_equal(get1(f, out, sizeof(out)), -ENOMSG);
+	assert_int_equal(get1(f, out, sizeof(out)), -ENOMSG);	/* (still there) */
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 100);
+	assert_memory_equal(in, b, 100);
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 0);
+	assert_int_equal(get1(f, out, sizeof(out)), 60);
+	assert_memory_equal(out, a + 40, 60);
+	assert_int_equal(atomic_load(&f->ctl.head), f->tx.pos);	/* all released */
+	/* across the end of the ring: stream bytes up to 16 bytes before it,
+	 * then a small record whose body wraps */
+	left = RING - (f->tx.pos % RING);
+	while (left > 300 + 16) {
+		assert_int_equal(put1(f, a, 300 - 8, SHM_OWN), 300 - 8);
+		assert_int_equal(get1(f, out, sizeof(out)), 300 - 8);
+		left = RING - (f->tx.pos % RING);
+	}
+	assert_int_equal(put1(f, a, left - 16 - 8, SHM_OWN), (ssize_t)(left - 16 - 8));
+	assert_int_equal(get1(f, out, sizeof(out)), (ssize_t)(left - 16 - 8));
+	assert_int_equal(RING - (f->tx.pos % RING), 16);
+	assert_int_equal(shm_ring_write_small(&f->tx, &(struct iovec){ b, SHM_SMALL_MAX }, 1,
+					      SHM_SMALL_MAX), SHM_SMALL_MAX);
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), SHM_SMALL_MAX);
+	assert_memory_equal(in, b, SHM_SMALL_MAX);
+	/* what the producer refuses: no bytes, too many, a length that is not
+	 * the pieces'; and a full ring takes nothing */
+	assert_int_equal(shm_ring_write_small(&f->tx, two, 0, 0), -EINVAL);
+	assert_int_equal(shm_ring_write_small(&f->tx, &(struct iovec){ b, SHM_SMALL_MAX }, 1,
+					      SHM_SMALL_MAX + 1), -EINVAL);
+	assert_int_equal(shm_ring_write_small(&f->tx, two, 2, 99), -EINVAL);
+	while (shm_ring_write_small(&f->tx, two, 2, 100) == 100)
+		;
+	assert_int_equal(shm_ring_write_small(&f->tx, two, 2, 100), 0);
+	assert_true(f->tx.pos - atomic_load(&f->ctl.head) > RING - 128);
+}
+
+/* Impossible small records: -EPROTO from both readers, and from the small
+ * reader one longer than the caller takes. */
+static void corrupt_small(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t in[SHM_SMALL_MAX], out[64];
+	uint32_t hdr[2] = { SHM_REC_SMALL, SHM_SMALL_MAX + 1 };
+
+	memcpy(f->data, hdr, sizeof(hdr));
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), -EPROTO);
+	shm_ring_init(&f->rx, &f->ctl, f->data, RING);
+	assert_int_equal(get1(f, out, sizeof(out)), -EPROTO);
+	hdr[1] = 0;
+	memcpy(f->data, hdr, sizeof(hdr));
+	shm_ring_init(&f->rx, &f->ctl, f->data, RING);
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), -EPROTO);
+	hdr[1] = 100;
+	memcpy(f->data, hdr, sizeof(hdr));
+	shm_ring_init(&f->rx, &f->ctl, f->data, RING);
+	assert_int_equal(shm_ring_read_small(&f->rx, in, 99), -EPROTO);
+	assert_int_equal(atomic_load(&f->ctl.head), 0);		/* nothing released */
+}
+
+/* The small message decoder takes what a softrnic peer writes and
+ * nothing else. */
+static void small_decode(void **state)
+{
+	uint8_t buf[sizeof(struct shm_small) + SHM_SMALL_PAYLOAD + 8] = { 0 };
+	struct shm_small h, ok = { .op = SHM_SMALL_SEND, .len = 8,
+				   .flags = SHM_SMALL_F_ACK | SHM_SMALL_F_SE | SHM_SMALL_F_IMM };
+	struct {
+		uint8_t op, flags;
+		uint16_t len;
+		size_t total;
+	} bad[] = {
+		{ SHM_SMALL_SEND, 0, 8, sizeof(h) + 7 },		/* length */
+		{ SHM_SMALL_SEND, 0, 8, sizeof(h) + 9 },
+		{ SHM_SMALL_SEND, 0, 0, sizeof(h) - 1 },		/* no header */
+		{ SHM_SMALL_SEND, 0, SHM_SMALL_PAYLOAD + 1, sizeof(h) + SHM_SMALL_PAYLOAD + 1 },
+		{ SHM_SMALL_SEND, 0x10, 8, sizeof(h) + 8 },		/* unknown flag */
+		{ SHM_SMALL_SEND, SHM_SMALL_F_IMM | SHM_SMALL_F_INV, 8, sizeof(h) + 8 },
+		{ SHM_SMALL_WRITE, SHM_SMALL_F_SE, 8, sizeof(h) + 8 },	/* SEND's flags */
+		{ SHM_SMALL_WRITE, SHM_SMALL_F_INV, 8, sizeof(h) + 8 },
+		{ 0, 0, 8, sizeof(h) + 8 },				/* op */
+		{ 3, 0, 8, sizeof(h) + 8 },
+	};
+
+	(void)state;
+	memcpy(buf, &ok, sizeof(ok));
+	assert_int_equal(shm_small_decode(buf, sizeof(h) + 8, &h), 0);
+	assert_int_equal(h.op, SHM_SMALL_SEND);
+	assert_int_equal(h.len, 8);
+	ok = (struct shm_small){ .op = SHM_SMALL_WRITE, .flags = SHM_SMALL_F_ACK,
+				 .len = SHM_SMALL_PAYLOAD, .word = 0x1234, .to = 99 };
+	memcpy(buf, &ok, sizeof(ok));
+	assert_int_equal(shm_small_decode(buf, sizeof(h) + SHM_SMALL_PAYLOAD, &h), 0);
+	assert_int_equal(h.to, 99);
+	ok.len = 0;
+	memcpy(buf, &ok, sizeof(ok));
+	assert_int_equal(shm_small_decode(buf, sizeof(h), &h), 0);	/* a 0-byte WRITE */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct shm_small b = { .op = bad[i].op, .flags = bad[i].flags, .len = bad[i].len };
+
+		memcpy(buf, &b, sizeof(b));
+		assert_int_equal(shm_small_decode(buf, bad[i].total, &h), -EBADMSG);
+	}
+}
+
 /* A reader stops in front of a remote record once it has bytes, so the
  * channel can place the payload after a header directly. */
 static void stops_before_remote(void **state)
@@ -723,7 +850,7 @@ static void corrupt_mapped(void **state)
 		{ SHM_REC_MAPPED, SHM_REC_MAX + 1, 0, MF_FD, 0, MF_INO, 0 },
 		{ SHM_REC_MAPPED, 16, 0, MF_FD, 1, MF_INO, 0 },		/* pad */
 		{ SHM_REC_MAPPED, 16, 0, MF_FD, 0, MF_INO, UINT64_MAX - 8 },	/* wraps */
-		{ 4, 16, 0, MF_FD, 0, MF_INO, 0 },			/* no kind 4 */
+		{ 5, 16, 0, MF_FD, 0, MF_INO, 0 },			/* no kind 5 */
 		{ SHM_REC_FAULTED, 16, 0, MF_FD, 0, MF_INO, 0 },
 	};
 
@@ -838,6 +965,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(full_ring, setup, teardown),
 		cmocka_unit_test_setup_teardown(fits_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(stops_before_remote, setup, teardown),
+		cmocka_unit_test_setup_teardown(small_records, setup, teardown),
+		cmocka_unit_test_setup_teardown(corrupt_small, setup, teardown),
+		cmocka_unit_test(small_decode),
 		cmocka_unit_test_setup_teardown(app_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(pull_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(model_stream_mapped, setup, teardown),
