@@ -449,6 +449,24 @@ static int small_take(struct tcp_chan *tc, struct rx_out *out)
 	return 1;
 }
 
+/* Small messages, as many as come and out takes (as a read of FPDUs
+ * would bring): how many, or small_take's error. */
+static int small_run(struct tcp_chan *tc, struct rx_out *out)
+{
+	int taken = 0;
+
+	while (out->n + 2 <= (int)ARRAY_SIZE(out->m)) {
+		int e = small_take(tc, out);
+
+		if (e < 0)
+			return e;
+		if (!e)
+			break;
+		taken++;
+	}
+	return taken;
+}
+
 /* A SEND of one small segment, wholly in rbuf: the staged path delivers
  * it with one QP lock (receive WQE taken and filled together), where
  * direct placement takes the WQE under one and delivers under another. */
@@ -688,31 +706,33 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		} else if (tc->rlen < RX_BUF && !(rwant = rx_want(tc))) {
 			/* (on shm: enough staged for this round) */
 		} else if (tc->rlen < RX_BUF) {
-			n = io_recv(tc, tc->rbuf + tc->rlen, rwant);
-			if (n < 0 && errno == ENOMSG) {
-				/* A small message comes next in the ring: taken
-				 * at a message boundary, once what is staged
-				 * is delivered (staged bytes that never make
-				 * whole FPDUs before it: a broken peer). */
-				n = 0;
-				small_next = true;
-				if (!tc->rlen && (tc->as_untagged || tc->as_active || tc->sd.active)) {
-					perr = -EBADMSG;
-				} else if (!tc->rlen) {
-					/* (as many as come, as a read of FPDUs
-					 * would bring) */
-					while (out.n + 2 <= (int)ARRAY_SIZE(out.m)) {
-						int e = small_take(tc, &out);
+			bool boundary = tc->shm_rx && !tc->rlen && !tc->as_untagged && !tc->as_active &&
+					!tc->sd.active;
+			/* At a message boundary on shm, small messages first
+			 * (a read of stream bytes stops in front of one) */
+			int taken = boundary ? small_run(tc, &out) : 0;
 
-						if (e == -EPIPE)
-							eof = true;
-						else if (e < 0)
-							perr = e;
-						if (e <= 0)
-							break;
-						progress = true;
-					}
-				}
+			if (taken > 0)
+				progress = true;
+			else if (taken == -EPIPE)
+				eof = true;
+			else if (taken < 0)
+				perr = taken;
+			else
+				n = io_recv(tc, tc->rbuf + tc->rlen, rwant);
+			if (taken) {
+				/* (done) */
+			} else if (n < 0 && errno == ENOMSG) {
+				/* A small message next: one that came after our
+				 * look is taken in the next round; behind staged
+				 * bytes, once they are delivered (bytes that never
+				 * make whole FPDUs before it, or a message in
+				 * progress: a broken peer). */
+				small_next = true;
+				if (boundary)
+					progress = true;
+				else if (!tc->rlen)
+					perr = -EBADMSG;
 			} else if (n > 0) {
 				tc->rlen += (size_t)n;
 				progress = true;
