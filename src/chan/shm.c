@@ -354,6 +354,16 @@ static void note_pulls(struct shm_link *l, const struct shm_rec_note *notes, int
 	}
 }
 
+/* The peer made our ring's head impossible: the rings are done with
+ * (the receive side ends the stream). -1, errno EPROTO. */
+static ssize_t head_broken(struct tcp_chan *tc)
+{
+	tc->shm->broken = "corrupt ring (head)";
+	shm_self_wake(tc);
+	errno = EPROTO;
+	return -1;
+}
+
 ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *kinds,
 		 const uint32_t *msns, int n)
 {
@@ -387,12 +397,8 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 			errno = EFAULT;
 			return -1;
 		}
-		if (k < 0) {
-			l->broken = "corrupt ring (head)";
-			shm_self_wake(tc);	/* the receive side ends the stream */
-			errno = EPROTO;
-			return -1;
-		}
+		if (k < 0)
+			return head_broken(tc);
 		if (slept) {
 			errno = EAGAIN;
 			return -1;
@@ -422,12 +428,8 @@ ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size
 		errno = EINVAL;
 		return -1;
 	}
-	if (k < 0) {
-		l->broken = "corrupt ring (head)";
-		shm_self_wake(tc);	/* the receive side ends the stream */
-		errno = EPROTO;
-		return -1;
-	}
+	if (k < 0)
+		return head_broken(tc);
 	wake_if(&l->tx.ctl->rx_sleep, l->efd_peer);
 	return k;
 }
