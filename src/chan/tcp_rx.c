@@ -385,7 +385,7 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
 	return 0;
 }
 
-/* A small message from the ring (struct shm_small, shm.h) at a message
+/* A small message from the ring (struct shm_small, shm_small.h) at a message
  * boundary: what its FPDUs would have made (rx_ulpdu), with the same MSNs
  * counted. out has room for two more. 1: taken, 0: none next, -EBADMSG
  * malformed (the stream ends with TERMINATE), -ENOMEM, -EPIPE: the ring

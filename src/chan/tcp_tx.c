@@ -686,7 +686,7 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 }
 
 /* A small request straight into the ring (chan.h, send_small): with the
- * ACK owed before it, one small message (struct shm_small, shm.h) in
+ * ACK owed before it, one small message (struct shm_small, shm_small.h) in
  * place of the FPDUs tcp_send and tcp_flush_locked would write, without
  * a message, a slot or the iovec arrays. Only on a same-host stream that
  * is up with nothing else to write (the order of the stream: a small
