@@ -37,16 +37,24 @@ fail=0
 
 # pair NAME SERVER_CMD... -- runs server then client (same args + 127.0.0.1)
 pair() {
-	local port=$((20000 + RANDOM % 20000))
-	local args=("$@")
-	timeout 30 $run "${args[@]}" -p "$port" >"$work/srv.log" 2>&1 &
-	local spid=$! t
+	local args=("$@") port spid t try
 	# The client connects once: wait until the server listens (a fixed
-	# pause was too short on a loaded machine), up to 10 s.
-	for ((t = 0; t < 100; t++)); do
-		[[ -n $(ip netns exec "$ns" ss -Htln "sport = :$port" 2>/dev/null) ]] && break
-		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.1
+	# pause was too short on a loaded machine), up to 10 s. The port is
+	# below the ephemeral range (an earlier pair's client port, still in
+	# TIME_WAIT, once made the server's bind fail: "Couldn't connect"
+	# under ASan in CI); a server that ends without listening is started
+	# again on another port.
+	for ((try = 0; try < 3; try++)); do
+		port=$((10000 + RANDOM % 20000))
+		timeout 30 $run "${args[@]}" -p "$port" >"$work/srv.log" 2>&1 &
+		spid=$!
+		for ((t = 0; t < 100; t++)); do
+			[[ -n $(ip netns exec "$ns" ss -Htln "sport = :$port" 2>/dev/null) ]] && break 2
+			kill -0 "$spid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -0 "$spid" 2>/dev/null && break	# (slow, not gone: try it)
+		wait "$spid" 2>/dev/null
 	done
 	if ! timeout 30 $run "${args[@]}" -p "$port" 127.0.0.1 >"$work/cli.log" 2>&1; then
 		echo "wirecheck: FAIL: ${args[*]} (client)"; cat "$work/cli.log"; fail=1
