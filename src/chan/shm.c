@@ -525,6 +525,25 @@ void shm_self_wake(struct tcp_chan *tc)
 		wake(tc->shm->efd_own);
 }
 
+void shm_tx_watch(struct tcp_chan *tc, uint64_t now)
+{
+	struct shm_link *l = tc->shm;
+
+	if (!l->tx.ctl || !shm_ring_stalled(&l->tx, now, SHM_KICK_NS))
+		return;
+	atomic_store_explicit(&l->tx.ctl->kick, 1, memory_order_relaxed);
+	wake(l->efd_peer);	/* (a system call: the store is seen first) */
+	chan_stat_inc(&chan_stats.shm_kicks);
+}
+
+bool shm_kicked(struct tcp_chan *tc)
+{
+	struct shm_ring_ctl *c = tc->shm ? tc->shm->rx.ctl : NULL;
+
+	return c && atomic_load_explicit(&c->kick, memory_order_relaxed) &&
+	       atomic_exchange_explicit(&c->kick, 0, memory_order_relaxed);
+}
+
 bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len)
 {
 	struct shm_map_loc m;
@@ -579,12 +598,13 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		return;
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
-		"shm_direct %llu\n",
+		"shm_direct %llu shm_kicks %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
 		(unsigned long long)atomic_load(&chan_stats.shm_links),
 		(unsigned long long)atomic_load(&chan_stats.shm_refused),
 		(unsigned long long)us, (unsigned long long)ur,
-		(unsigned long long)atomic_load(&chan_stats.shm_direct));
+		(unsigned long long)atomic_load(&chan_stats.shm_direct),
+		(unsigned long long)atomic_load(&chan_stats.shm_kicks));
 }

@@ -45,6 +45,7 @@ struct chan_stats {
 	_Atomic uint64_t shm_refused;	/* offers refused (either side) */
 	_Atomic uint64_t ud_sent;	/* UD datagrams handed to UDP sockets */
 	_Atomic uint64_t ud_received;	/* ... received for a UD QP (delivered or held) */
+	_Atomic uint64_t shm_kicks;	/* peers kicked (shm_tx_watch) */
 };
 extern struct chan_stats chan_stats;
 
@@ -108,6 +109,21 @@ uint64_t shm_rx_mark(const struct tcp_chan *tc);
 bool shm_rx_idle_at(const struct tcp_chan *tc, uint64_t mark);
 /* Wake our own progress thread (it then runs a receive pass). */
 void shm_self_wake(struct tcp_chan *tc);
+/* What we wrote may wait this long unread before the peer's progress
+ * thread is kicked to read it (shm_tx_watch): its program thread, which
+ * polled a moment ago and so was left the ring, may now be waiting by
+ * watching memory, where only the progress thread can place a WRITE. A
+ * polling program reads within a microsecond or two. */
+#define SHM_KICK_NS	(20ULL * 1000)
+/* ... and the lone ACK that kicked pass owes waits this long for the
+ * program's reply to carry it (tcp_rx.c, kicked_defer). */
+#define SHM_KICK_ACK_NS	(20ULL * 1000)
+/* A program thread polls (now: its clock): has the peer left what we
+ * wrote unread for SHM_KICK_NS? Then kick it (shm_ring_ctl.kick). Only
+ * with the rings set up (shm_rx). No lock. */
+void shm_tx_watch(struct tcp_chan *tc, uint64_t now);
+/* Did the peer kick us since we last asked (and clear it)? */
+bool shm_kicked(struct tcp_chan *tc);
 /* Should the payload piece at p (len bytes, the application's memory)
  * of a message that settles only when answered be pulled by the peer? */
 bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len);

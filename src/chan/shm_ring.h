@@ -79,7 +79,13 @@ struct shm_ring_ctl {
 	/* The producer found the ring full: the consumer writes the
 	 * producer's eventfd after its next release (and clears this). */
 	_Atomic uint32_t tx_sleep;
-	uint8_t pad2[56];
+	/* The producer saw what it wrote wait, unread, for SHM_KICK_NS while
+	 * the consumer did not sleep: it set this and wrote the consumer's
+	 * eventfd. The consumer's progress thread then reads at once, even
+	 * where it had left the ring to a polling program thread (which may
+	 * be waiting by watching memory, not by polling). */
+	_Atomic uint32_t kick;
+	uint8_t pad2[52];
 };
 
 /* Where a piece's bytes are in a memfd of the producer's. */
@@ -137,6 +143,12 @@ struct shm_ring {
 	uint64_t rec_ino, rec_moff;	/* ... inode, offset of byte 0 */
 	uint64_t rec_size;		/* the record's bytes in the ring */
 	bool rec_fault;			/* ... unreadable: the rest reads as zeros */
+	/* producer, shm_ring_stalled's (any thread: a race only answers
+	 * true twice): the consumer's head as last seen, since when it has
+	 * not moved with bytes unread (0: none unread), answered true;
+	 * when it last looked */
+	_Atomic uint64_t watch_head, watch_ns, watch_at;
+	_Atomic bool watch_told;
 	/* statistics: bytes pulled (remote or mapped records read with
 	 * pull), copied from a mapping (mapped records), read inline or as
 	 * zeros; remote records read as zeros */
@@ -209,6 +221,14 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
  * small, -EPROTO for a corrupt ring. The copy is ours: the producer
  * cannot change what the caller decodes. */
 ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap);
+
+/* Producer, any thread, at time now (ns): has the consumer left what we
+ * published unread, its head not moving, for limit ns or more? True once
+ * per such stall (until the head moves). Looks at most every limit / 4
+ * (false in between), so a stall is told within 1.25 limit of its start
+ * by a caller that asks often. The head is the consumer's: a bad one
+ * only makes the answer wrong. */
+bool shm_ring_stalled(struct shm_ring *r, uint64_t now, uint64_t limit);
 
 /* Consumer: is anything unread? (-EPROTO: corrupt) */
 int shm_ring_pending(struct shm_ring *r);

@@ -591,7 +591,10 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 		tc->poll_owned = true;
 		tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 	}
-	rx = !tc->poll_owned || shm_broken(tc);
+	/* (kicked: the peer saw what it wrote wait unread while we had left
+	 * the ring to a program thread; read it now) */
+	tc->rx_kicked = tc->poll_owned && tc->shm_rx && shm_kicked(tc);
+	rx = !tc->poll_owned || tc->rx_kicked || shm_broken(tc);
 	pthread_mutex_unlock(&tc->lock);
 	if (tc->nfaults || tc->tx_written)
 		tcp_tx_faults(tc);

@@ -142,6 +142,12 @@ struct tcp_chan {
 	 * what the poller took in may wait for the program's next post or
 	 * poll, so it rides along with the reply (tcp_rx.c). */
 	bool poll_owned;
+	/* The receive pass the progress thread runs now was kicked
+	 * (shm_kicked) on a poll-owned stream: its program thread may be
+	 * watching memory for what the pass places, and will post a reply
+	 * at once; a lone ACK the pass owes then waits a moment for it
+	 * (tc->lock). */
+	bool rx_kicked;
 	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
 	_Atomic unsigned int polls;	/* polls of it, for stamping 1 in 64 */
 	/* Nothing to write and nothing owed (no ACK pending, queue and slots

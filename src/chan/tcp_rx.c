@@ -634,6 +634,27 @@ static bool only_ack_owed(const struct tcp_chan *tc)
 	return sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail;
 }
 
+/* The end of a kicked pass (tc->rx_kicked): the stream's program thread
+ * had left polling, likely to watch memory for what this pass placed, and
+ * replies as soon as it sees it. A lone positive ACK owed then waits
+ * SHM_KICK_ACK_NS to ride with that reply, as after a poller's pass;
+ * sent at once, the peer's poller would take it alone and move on to
+ * watching memory itself, and the peer's next message would need a kick
+ * in its turn, and so on. True if it waits (the timer sends it). */
+static bool kicked_defer(struct tcp_chan *tc, bool owed_before)
+{
+	bool defer;
+
+	pthread_mutex_lock(&tc->lock);
+	defer = tc->rx_kicked && tc->poll_owned && !owed_before && tc->state == TS_UP &&
+		!tc->closed && tc->ack_pending && only_ack_owed(tc);
+	tc->rx_kicked = false;
+	if (defer)
+		tcp_timer_arm_locked(tc, SHM_KICK_ACK_NS);
+	pthread_mutex_unlock(&tc->lock);
+	return defer;
+}
+
 /* poller: a program thread polling an empty CQ. It returns as soon as a
  * read delivered something (the program wants its completion), and on a
  * poll-owned stream leaves the ACK owed pending: the program's reply, if
@@ -796,6 +817,8 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				tcp_kick(&tc->ch);
 			return NULL;
 		}
+		if (!progress && !eof && kicked_defer(tc, owed_before))
+			return NULL;
 		/* Answers go out once the socket is drained (or with every
 		 * full batch), not per message: one cumulative ACK for all
 		 * the SENDs one read brought in. */
@@ -829,9 +852,14 @@ bool tcp_poll_idle(struct tcp_chan *tc)
 
 	/* (a lost count between two pollers only moves the next stamp) */
 	atomic_store_explicit(&tc->polls, polls + 1, memory_order_relaxed);
-	if ((polls & 63) == 0 || !atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed))
-		atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
 	mark = atomic_load_explicit(&tc->rx_mark, memory_order_acquire);
+	if ((polls & 63) == 0 || !atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed)) {
+		uint64_t now = progress_now_ns();
+
+		atomic_store_explicit(&tc->rx_poll_ns, now, memory_order_relaxed);
+		if (!(mark & 1))
+			shm_tx_watch(tc, now);	/* (an even mark: rings set up) */
+	}
 	return !(mark & 1) && atomic_load_explicit(&tc->tx_idle, memory_order_acquire) &&
 	       shm_rx_idle_at(tc, mark);
 }

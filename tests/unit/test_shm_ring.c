@@ -955,6 +955,48 @@ static void random_garbage(void **state)
 	}
 }
 
+/* The producer's stall watch: true once the consumer has left published
+ * bytes unread for the limit, once per stall, and never for an empty or
+ * moving ring; it looks at most every limit / 4. */
+static void stall_watch(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t a[64] = { 1 }, out[64];
+	const uint64_t us = 1000;
+
+#define STALLED(t) shm_ring_stalled(&f->tx, (t) * us, 20 * us)
+	assert_false(STALLED(1000));				/* empty */
+	assert_false(STALLED(2000));
+	assert_int_equal(put1(f, a, 10, SHM_OWN), 10);
+	assert_false(STALLED(3000));				/* watch starts */
+	assert_false(STALLED(3010));
+	assert_false(STALLED(3019));
+	assert_false(STALLED(3022));		/* too soon to look again */
+	assert_true(STALLED(3024));
+	assert_false(STALLED(3050));				/* told once */
+	assert_int_equal(put1(f, a, 10, SHM_OWN), 10);		/* more: the */
+	assert_false(STALLED(3100));				/* same stall */
+	/* the consumer reads one record: the head moved, a new watch */
+	assert_int_equal(get1(f, out, 10), 10);
+	assert_false(STALLED(3110));
+	assert_false(STALLED(3120));
+	assert_true(STALLED(3130));
+	/* all read: nothing to watch, however long */
+	assert_int_equal(get1(f, out, 10), 10);
+	assert_false(STALLED(3200));
+	assert_false(STALLED(9000));
+	/* and a new stall after that is told again */
+	assert_int_equal(put1(f, a, 10, SHM_OWN), 10);
+	assert_false(STALLED(9010));
+	assert_true(STALLED(9030));
+	/* a consumer head the producer never wrote up to (a broken peer):
+	 * only an answer, no harm */
+	atomic_store(&f->ctl.head, f->tx.pos + 4096);
+	assert_false(STALLED(9040));
+	assert_true(STALLED(9070));
+#undef STALLED
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -968,6 +1010,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(small_records, setup, teardown),
 		cmocka_unit_test_setup_teardown(corrupt_small, setup, teardown),
 		cmocka_unit_test(small_decode),
+		cmocka_unit_test_setup_teardown(stall_watch, setup, teardown),
 		cmocka_unit_test_setup_teardown(app_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(pull_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(model_stream_mapped, setup, teardown),
