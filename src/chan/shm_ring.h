@@ -146,8 +146,8 @@ struct shm_ring {
 	/* producer, shm_ring_stalled's (any thread: a race only answers
 	 * true twice): the consumer's head as last seen, since when it has
 	 * not moved with bytes unread (0: none unread), answered true;
-	 * when it last looked */
-	_Atomic uint64_t watch_head, watch_ns, watch_at;
+	 * when it last looked, and our tail then */
+	_Atomic uint64_t watch_head, watch_ns, watch_at, watch_tail;
 	_Atomic bool watch_told;
 	/* statistics: bytes pulled (remote or mapped records read with
 	 * pull), copied from a mapping (mapped records), read inline or as
@@ -223,11 +223,11 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap);
 
 /* Producer, any thread, at time now (ns): has the consumer left what we
- * published unread, its head not moving, for limit ns or more? True once
- * per such stall (until the head moves). Looks at most every limit / 4
- * (false in between), so a stall is told within 1.25 limit of its start
- * by a caller that asks often. The head is the consumer's: a bad one
- * only makes the answer wrong. */
+ * published unread, its head not moving, for limit ns or more, while we
+ * wrote nothing more? True once per such stall (until the head moves).
+ * Looks at most every limit / 4 (false in between), so a stall is told
+ * within 1.5 limit of our last write by a caller that asks often. The
+ * head is the consumer's: a bad one only makes the answer wrong. */
 bool shm_ring_stalled(struct shm_ring *r, uint64_t now, uint64_t limit);
 
 /* Consumer: is anything unread? (-EPROTO: corrupt) */

@@ -956,8 +956,9 @@ static void random_garbage(void **state)
 }
 
 /* The producer's stall watch: true once the consumer has left published
- * bytes unread for the limit, once per stall, and never for an empty or
- * moving ring; it looks at most every limit / 4. */
+ * bytes unread for the limit while we wrote nothing more, once per
+ * stall, never for an empty or moving ring; it looks at most every
+ * limit / 4. */
 static void stall_watch(void **state)
 {
 	struct fixture *f = *state;
@@ -968,32 +969,40 @@ static void stall_watch(void **state)
 	assert_false(STALLED(1000));				/* empty */
 	assert_false(STALLED(2000));
 	assert_int_equal(put1(f, a, 10, SHM_OWN), 10);
-	assert_false(STALLED(3000));				/* watch starts */
-	assert_false(STALLED(3010));
-	assert_false(STALLED(3019));
-	assert_false(STALLED(3022));		/* too soon to look again */
-	assert_true(STALLED(3024));
+	assert_false(STALLED(3000));		/* we wrote: not looked at */
+	assert_false(STALLED(3005));				/* watch starts */
+	assert_false(STALLED(3015));
+	assert_false(STALLED(3024));
+	assert_false(STALLED(3027));		/* too soon to look again */
+	assert_true(STALLED(3029));
 	assert_false(STALLED(3050));				/* told once */
-	assert_int_equal(put1(f, a, 10, SHM_OWN), 10);		/* more: the */
-	assert_false(STALLED(3100));				/* same stall */
+	assert_int_equal(put1(f, a, 10, SHM_OWN), 10);		/* we write */
+	assert_false(STALLED(3100));		/* again: a new watch */
+	assert_false(STALLED(3110));
+	assert_true(STALLED(3130));
 	/* the consumer reads one record: the head moved, a new watch */
 	assert_int_equal(get1(f, out, 10), 10);
-	assert_false(STALLED(3110));
-	assert_false(STALLED(3120));
-	assert_true(STALLED(3130));
+	assert_false(STALLED(3140));
+	assert_false(STALLED(3150));
+	assert_true(STALLED(3160));
 	/* all read: nothing to watch, however long */
 	assert_int_equal(get1(f, out, 10), 10);
 	assert_false(STALLED(3200));
 	assert_false(STALLED(9000));
-	/* and a new stall after that is told again */
-	assert_int_equal(put1(f, a, 10, SHM_OWN), 10);
-	assert_false(STALLED(9010));
-	assert_true(STALLED(9030));
+	/* writes that keep coming are never a stall; once they stop, the
+	 * stall is told again */
+	for (uint64_t t = 9100; t < 9200; t += 10) {
+		assert_int_equal(put1(f, a, 10, SHM_OWN), 10);
+		assert_false(STALLED(t));
+	}
+	assert_false(STALLED(9210));
+	assert_false(STALLED(9220));
+	assert_true(STALLED(9230));
 	/* a consumer head the producer never wrote up to (a broken peer):
 	 * only an answer, no harm */
 	atomic_store(&f->ctl.head, f->tx.pos + 4096);
-	assert_false(STALLED(9040));
-	assert_true(STALLED(9070));
+	assert_false(STALLED(9240));
+	assert_true(STALLED(9270));
 #undef STALLED
 }
 
