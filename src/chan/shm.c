@@ -470,7 +470,7 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 			return 0;	/* the socket ended, and the ring is empty */
 		/* A busy poller does not sleep: only a receive pass of the
 		 * progress thread asks for a wakeup. */
-		if (slept || tc->rx_poller) {
+		if (slept || tc->rx_poller || tc->rx_nosleep) {
 			errno = EAGAIN;
 			return -1;
 		}

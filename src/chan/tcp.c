@@ -598,7 +598,9 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 	pthread_mutex_unlock(&tc->lock);
 	if (tc->nfaults || tc->tx_written)
 		tcp_tx_faults(tc);
-	if (rx)
+	if (rx && !tc->rx_kicked)
+		tcp_rx_spin(tc);
+	else if (rx)
 		tcp_rx(tc);
 }
 

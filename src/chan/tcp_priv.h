@@ -238,6 +238,11 @@ struct tcp_chan {
 	struct rx_direct dr;		/* segment being placed directly */
 	struct rx_send sd;		/* SEND being placed directly */
 	bool rx_poller;			/* a poller's pass (rx_lock) */
+	bool rx_nosleep;		/* a pass that asks for no wakeup:
+					 * the progress thread watches the
+					 * ring after it (rx_lock) */
+	bool rx_onesided;		/* ... and it answered a READ or an
+					 * atomic (rx_lock) */
 	bool rx_ans_new;		/* answers came in this pass, up to */
 	uint32_t rx_ans_got;		/* ... this request (for rx_ans_msn) */
 
@@ -397,6 +402,10 @@ void tcp_rx_try(struct tcp_chan *tc);
  * read brings and returns, leaving the ACK owed to ride on the program's
  * next post when the stream is poll-owned. */
 void tcp_rx_poll(struct tcp_chan *tc);
+/* The progress thread's receive pass on a stream on shm that no program
+ * thread polls: then it watches the ring for SOFTRNIC_SHM_SPIN_US before
+ * it sleeps (tcp_rx.c). */
+void tcp_rx_spin(struct tcp_chan *tc);
 /* Would tcp_rx_poll find nothing to do on this stream (a ring with nothing
  * new, nothing staged, nothing to write)? A lock-free look, safe while
  * the stream is listed; false when unsure. Stamps the poll (POLL_WINDOW). */

@@ -45,10 +45,22 @@
  *   or less go into the ring straight from the post (shm_direct in the
  *   stats lines), the others the usual way, and all arrive in order,
  *   byte for byte, each completion as it should be on both sides.
+ * - watcher: B busy-polls its CQ, then stops calling verbs and waits for
+ *   A's WRITE by watching its memory (as ib_write_lat does), 20 rounds:
+ *   every WRITE lands (its round number, byte for byte), and A's stats
+ *   line shows it kicked B's progress thread (shm_kicks): B's stream
+ *   was left to B's poller, which was not coming back.
+ * - read_spin: A READs (8 B and 4 KiB, alternating) and fetch-and-adds
+ *   B's memory 3000 times while B's program waits in a blocking read (its
+ *   progress thread answers, and watches the ring between requests): every
+ *   READ returns B's bytes and every fetch-and-add the value before it;
+ *   then B, idle, uses under 100 ms of CPU time in 500 ms (the progress
+ *   thread went back to sleep).
  * See net_common.h for the two-process harness. */
 #include "net_common.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -806,6 +818,154 @@ static void sub_ack_order(void)
 	net_fork_run(&o, order_a, order_b);
 }
 
+/* ---- watcher: a program that waits by watching memory ------------------ */
+
+#define WATCH_ROUNDS	20
+#define WATCH_SLOT	(256 * KIB)	/* where A's WRITEs land in B */
+enum { T_WATCHING = 0x400, T_SEEN = 0x500 };
+
+static void watcher_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	ping_at(n, 1, 128 * KIB);
+	for (uint64_t r = 1; r <= WATCH_ROUNDS; r++) {
+		uint64_t *v = (uint64_t *)(n->b.p + 64 * KIB);
+
+		/* B's poller takes these: the stream becomes its */
+		for (int i = 0; i < 8; i++) {
+			CHECK(post_send1(n->qp, IBV_WR_SEND, 20, n->b.p, 8, n->b.mr->lkey,
+					 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "round %llu: post SEND",
+			      (unsigned long long)r);
+			expect_wc(n->scq, &wc, 20, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+		}
+		net_expect(n, T_WATCHING + r, "B watching its memory");
+		*v = 0x3a7c000000000000ull + r;
+		CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 21, v, 8, n->b.mr->lkey,
+				 IBV_SEND_SIGNALED, n->peer.addr + WATCH_SLOT, n->peer.rkey, 0) == 0,
+		      "round %llu: post WRITE", (unsigned long long)r);
+		expect_wc(n->scq, &wc, 21, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "WRITE");
+		net_expect(n, T_SEEN + r, "B saw the WRITE");
+	}
+}
+
+static void watcher_b(struct net_end *n)
+{
+	volatile uint64_t *slot = (volatile uint64_t *)(n->b.p + WATCH_SLOT);
+	struct ibv_wc wc;
+
+	ping_at(n, 1, 128 * KIB);
+	for (uint64_t r = 1; r <= WATCH_ROUNDS; r++) {
+		uint64_t want = 0x3a7c000000000000ull + r, deadline;
+
+		for (int i = 0; i < 8; i++)
+			post_recv1(n->qp, 30, n->b.p + 8 * KIB, 64, n->b.mr->lkey);
+		for (int i = 0; i < 8; i++)
+			expect_wc(n->rcq, &wc, 30, IBV_WC_SUCCESS, IBV_WC_RECV, "RECV");
+		/* no verb from here until the WRITE is seen */
+		net_put(n, T_WATCHING + r);
+		deadline = now_ms() + DEADLINE_MS;
+		while (*slot != want && now_ms() < deadline)
+			;
+		CHECK(*slot == want, "round %llu: the WRITE never landed (slot %#llx)",
+		      (unsigned long long)r, (unsigned long long)*slot);
+		net_put(n, T_SEEN + r);
+	}
+}
+
+static void sub_watcher(void)
+{
+	struct net_opts o = net_opts_default();
+	long long kicks;
+	char path[64];
+	int st;
+
+	o.buf_len = 512 * KIB;
+	st = pair_with_stats(&o, watcher_a, watcher_b, false, path);
+	kicks = stats_sum(path, "shm_kicks");
+	NOTE("kicks: %lld in %d rounds", kicks, WATCH_ROUNDS);
+	stats_done(path, !WIFEXITED(st) || WEXITSTATUS(st) || kicks < 1);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pair failed (status %#x)", st);
+	/* (not one per round: a WRITE that comes after B's progress thread
+	 * has its stream back, or while B still polls, needs none) */
+	CHECK(kicks >= 1, "no kick: the WRITEs waited for B's poll-ownership check");
+}
+
+/* ---- read_spin: one-sided requests to a program that sleeps ------------- */
+
+#define SPIN_N		3000
+#define SPIN_CTR	(64 * KIB)	/* B's counter, fetch-and-added */
+
+static void spin_a(struct net_end *n)
+{
+	uint64_t *old = (uint64_t *)(n->b.p + 32 * KIB);
+	struct ibv_wc wc;
+
+	ping_at(n, 1, 128 * KIB);
+	net_expect(n, T_READY, "B filled");
+	for (int i = 0; i < SPIN_N; i++) {
+		if (i % 3 == 2) {
+			CHECK(post_atomic(n->qp, IBV_WR_ATOMIC_FETCH_AND_ADD, 40, old, n->b.mr->lkey,
+					  n->peer.addr + SPIN_CTR, n->peer.rkey, 3, 0) == 0,
+			      "post fetch-and-add %d", i);
+			expect_wc(n->scq, &wc, 40, IBV_WC_SUCCESS, IBV_WC_FETCH_ADD, "fetch-and-add");
+			CHECK(*old == 1000 + 3 * (uint64_t)(i / 3), "fetch-and-add %d returned %llu", i,
+			      (unsigned long long)*old);
+			continue;
+		}
+		uint32_t len = i % 3 ? 4096 : 8;
+		size_t off = (size_t)(i % 16) * 4096;
+
+		memset(n->b.p + off, 0, len);
+		CHECK(post_send1(n->qp, IBV_WR_RDMA_READ, 41, n->b.p + off, len, n->b.mr->lkey,
+				 IBV_SEND_SIGNALED, n->peer.addr + off, n->peer.rkey, 0) == 0,
+		      "post READ %d", i);
+		expect_wc(n->scq, &wc, 41, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "READ");
+		check_pattern(n->b.p + off, len, 500 + (uint32_t)(i % 16), "READ");
+	}
+	net_put(n, T_DONE);
+	net_expect(n, T_DONE + 1, "B measured");
+}
+
+static long long cpu_ms(void)
+{
+	struct rusage ru;
+
+	CHECK(getrusage(RUSAGE_SELF, &ru) == 0, "getrusage");
+	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000LL +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
+static void spin_b(struct net_end *n)
+{
+	long long t0, used;
+
+	ping_at(n, 1, 128 * KIB);
+	for (int i = 0; i < 16; i++)
+		fill_pattern(n->b.p + (size_t)i * 4096, 4096, 500 + (uint32_t)i);
+	*(uint64_t *)(n->b.p + SPIN_CTR) = 1000;
+	net_put(n, T_READY);
+	/* the program waits in a blocking read: the progress thread answers */
+	net_expect(n, T_DONE, "A's requests done");
+	CHECK(*(uint64_t *)(n->b.p + SPIN_CTR) == 1000 + 3 * (uint64_t)(SPIN_N / 3),
+	      "B's counter %llu after %d fetch-and-adds", (unsigned long long)*(uint64_t *)(n->b.p + SPIN_CTR),
+	      SPIN_N / 3);
+	t0 = cpu_ms();
+	usleep(500 * 1000);
+	used = cpu_ms() - t0;
+	NOTE("B idle: %lld ms of CPU in 500 ms", used);
+	CHECK(used < 100, "B used %lld ms of CPU in 500 idle ms: its progress thread spins on", used);
+	net_put(n, T_DONE + 1);
+}
+
+static void sub_read_spin(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.buf_len = 512 * KIB;
+	net_fork_run(&o, spin_a, spin_b);
+}
+
 static void sub_corrupt(void)
 {
 	struct net_opts o = shm_opts();
@@ -828,6 +988,8 @@ int main(int argc, char **argv)
 		{ "early", sub_early },
 		{ "small", sub_small },
 		{ "ack_order", sub_ack_order },
+		{ "watcher", sub_watcher },
+		{ "read_spin", sub_read_spin },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
