@@ -558,8 +558,10 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 		pthread_mutex_unlock(&tc->lock);
 		if (tc->nfaults || tc->tx_written)
 			tcp_tx_faults(tc);
-		if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+		if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			tcp_rx(tc);
+		else if (events & EPOLLIN)
+			tcp_rx_spin(tc);
 		return;
 	case TS_DEAD:
 		break;

@@ -402,9 +402,9 @@ void tcp_rx_try(struct tcp_chan *tc);
  * read brings and returns, leaving the ACK owed to ride on the program's
  * next post when the stream is poll-owned. */
 void tcp_rx_poll(struct tcp_chan *tc);
-/* The progress thread's receive pass on a stream on shm that no program
- * thread polls: then it watches the ring for SOFTRNIC_SHM_SPIN_US before
- * it sleeps (tcp_rx.c). */
+/* The progress thread's receive pass on a stream that no program thread
+ * polls: after one that answered a READ or an atomic, it watches the
+ * stream for SOFTRNIC_SPIN_US before it sleeps (tcp_rx.c). */
 void tcp_rx_spin(struct tcp_chan *tc);
 /* Would tcp_rx_poll find nothing to do on this stream (a ring with nothing
  * new, nothing staged, nothing to write)? A lock-free look, safe while

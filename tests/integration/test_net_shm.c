@@ -55,7 +55,8 @@
  *   progress thread answers, and watches the ring between requests): every
  *   READ returns B's bytes and every fetch-and-add the value before it;
  *   then B, idle, uses under 100 ms of CPU time in 500 ms (the progress
- *   thread went back to sleep).
+ *   thread went back to sleep). read_spin_tcp: the same over TCP
+ *   (SOFTRNIC_SHM=0), where the progress thread watches the socket.
  * See net_common.h for the two-process harness. */
 #include "net_common.h"
 
@@ -966,6 +967,17 @@ static void sub_read_spin(void)
 	net_fork_run(&o, spin_a, spin_b);
 }
 
+/* The same over TCP (its progress thread watches the socket) */
+static void sub_read_spin_tcp(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.buf_len = 512 * KIB;
+	setenv("SOFTRNIC_SHM", "0", 1);
+	net_fork_run(&o, spin_a, spin_b);
+	unsetenv("SOFTRNIC_SHM");
+}
+
 static void sub_corrupt(void)
 {
 	struct net_opts o = shm_opts();
@@ -990,6 +1002,7 @@ int main(int argc, char **argv)
 		{ "ack_order", sub_ack_order },
 		{ "watcher", sub_watcher },
 		{ "read_spin", sub_read_spin },
+		{ "read_spin_tcp", sub_read_spin_tcp },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
