@@ -492,11 +492,14 @@ ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap)
 	if (l->broken)
 		return -1;
 	k = shm_ring_read_small(&l->rx, buf, cap);
-	if (k > 0)
-		wake_producer(l);
-	else if (k < 0)
+	if (k < 0)
 		l->broken = "corrupt ring";
 	return k < 0 ? -1 : k;
+}
+
+void shm_recv_small_done(struct tcp_chan *tc)
+{
+	wake_producer(tc->shm);
 }
 
 uint64_t shm_rx_mark(const struct tcp_chan *tc)

@@ -99,6 +99,10 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app);
  * 0: none next (or nothing), -1: the ring is broken (shm_broken says
  * why), also by a small message longer than cap. rx_lock held. */
 ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap);
+/* After one or more shm_recv_small that read something: a producer that
+ * waits for room is woken if there is enough now (once per batch: the
+ * look takes a full fence). */
+void shm_recv_small_done(struct tcp_chan *tc);
 /* Why the rings cannot be used any more, or NULL. */
 const char *shm_broken(const struct tcp_chan *tc);
 /* Where our reading of the ring stands (rx_lock held): the position

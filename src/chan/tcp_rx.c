@@ -459,12 +459,16 @@ static int small_run(struct tcp_chan *tc, struct rx_out *out)
 	while (out->n + 2 <= (int)ARRAY_SIZE(out->m)) {
 		int e = small_take(tc, out);
 
-		if (e < 0)
-			return e;
+		if (e < 0) {
+			taken = e;
+			break;
+		}
 		if (!e)
 			break;
 		taken++;
 	}
+	if (taken)
+		shm_recv_small_done(tc);
 	return taken;
 }
 
