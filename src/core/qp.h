@@ -107,6 +107,11 @@ struct sr_qp {
 	bool dying;
 	uint32_t async_given;		/* async events handed out */
 	bool peer_gone;			/* qp_chan_gone(): no peer any more */
+	/* qp_rx_many: positive ACKs of a batch are told to the channel once,
+	 * for the last (they are cumulative), before anything else the batch
+	 * sends (lock held) */
+	bool rx_batch, rx_ack_held;
+	uint32_t rx_ack_msn;
 
 	/* RNR (IBTA 9.7.5.2.8): the responder parked our request msn for
 	 * want of a receive WQE; with a finite rnr_retry the WQE fails

@@ -15,6 +15,23 @@
 
 enum rx_result { RX_DONE, RX_PARK };
 
+/* The ACK a batch holds goes to the channel now (qp->lock held). */
+static void ack_release(struct sr_qp *qp)
+{
+	if (qp->rx_ack_held) {
+		qp->rx_ack_held = false;
+		if (qp->chan)
+			qp->chan->ops->ack(qp->chan, qp->rx_ack_msn);
+	}
+}
+
+/* An answer of ours to the channel, behind the ACK a batch holds. */
+static int rx_chan_send(struct sr_qp *qp, struct sr_msg *r)
+{
+	ack_release(qp);
+	return chan_send(qp->chan, r);
+}
+
 static void respond(struct sr_qp *qp, struct sr_msg *req, int op, int status)
 {
 	struct sr_msg *r;
@@ -25,7 +42,14 @@ static void respond(struct sr_qp *qp, struct sr_msg *req, int op, int status)
 	if ((op == SR_MSG_ACK || op == SR_MSG_RNR) && status == SR_ST_OK && !qp->chan->acks)
 		return;
 	if (op == SR_MSG_ACK && status == SR_ST_OK && qp->chan->ops->ack) {
-		qp->chan->ops->ack(qp->chan, req->msn);
+		if (qp->rx_batch) {
+			/* (a lock of the channel's a message saved: 64-byte
+			 * ib_send_bw takes dozens per batch) */
+			qp->rx_ack_held = true;
+			qp->rx_ack_msn = req->msn;
+		} else {
+			qp->chan->ops->ack(qp->chan, req->msn);
+		}
 		return;
 	}
 	r = msg_alloc(0);
@@ -34,7 +58,7 @@ static void respond(struct sr_qp *qp, struct sr_msg *req, int op, int status)
 	r->op = (uint8_t)(status != SR_ST_OK && !qp->chan->acks ? SR_MSG_TERMINATE : op);
 	r->msn = req->msn;
 	r->status = (uint8_t)(op == SR_MSG_RNR ? qp->attr.min_rnr_timer : status);
-	chan_send(qp->chan, r);
+	rx_chan_send(qp, r);
 }
 
 /* A responder-side violation: tell the requester, then enter ERROR. */
@@ -394,7 +418,7 @@ static enum rx_result rx_read(struct sr_qp *qp, struct sr_msg *m)
 	}
 	r->op = SR_MSG_READ_RESP;
 	r->msn = m->msn;
-	chan_send(qp->chan, r);
+	rx_chan_send(qp, r);
 	return RX_DONE;
 }
 
@@ -426,7 +450,7 @@ static enum rx_result rx_atomic(struct sr_qp *qp, struct sr_msg *m)
 	r->op = SR_MSG_ATOMIC_RESP;
 	r->msn = m->msn;
 	r->orig = orig;
-	chan_send(qp->chan, r);
+	rx_chan_send(qp, r);
 	return RX_DONE;
 }
 
@@ -585,7 +609,7 @@ static void qp_rnr_fire(struct sr_timer *t)
 				tm->op = SR_MSG_TERMINATE;
 				tm->msn = SR_MSN_OLDEST;
 				tm->status = SR_ST_RNR;
-				term = chan_send(qp->chan, tm) == 0;
+				term = rx_chan_send(qp, tm) == 0;
 			}
 		}
 		sq_settle_locked(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
@@ -804,9 +828,12 @@ void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
 	if (ack && (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ||
 		    qp->state == IBV_QPS_SQE))
 		sq_ack_upto_locked(qp, *ack);
+	qp->rx_batch = true;
 	for (int i = 0; i < n; i++)
 		if (!qp_rx_locked(qp, m[i]))
 			msg_free(m[i]);
+	qp->rx_batch = false;
+	ack_release(qp);
 	pthread_mutex_unlock(&qp->lock);
 }
 

@@ -1,7 +1,9 @@
 /* Error semantics between two processes: remote protection errors, a too
  * small receive buffer. A (the parent) is the requester, B (the child) the
  * responder. After a responder-detected error both QPs end in ERR and
- * everything outstanding on either side is flushed. See net_common.h. */
+ * everything outstanding on either side is flushed; SENDs ahead of the
+ * refused request in one list (one receive batch) all complete first
+ * (batch_then_error). See net_common.h. */
 #include "net_common.h"
 
 enum { T_READY = 0x100, T_DONE = 0x200, T_CHECKED = 0x300 };
@@ -244,6 +246,69 @@ static void recv_too_small_b(struct net_end *n)
 	net_put(n, T_CHECKED);
 }
 
+/* ---- good SENDs, then a refused WRITE, in one list ----------------------- */
+
+/* B's receive pass takes them together (one read, or one batch of small
+ * ring records): the SENDs' positive ACK, which the batch hands the
+ * channel once for the last, must still come before the refusal, so A
+ * completes every SEND and only then fails the WRITE. */
+#define BATCH_SENDS 12
+
+static void batch_then_error_a(struct net_end *n)
+{
+	struct ibv_send_wr wr[BATCH_SENDS + 2], *bad = NULL;
+	struct ibv_sge sge[BATCH_SENDS + 2];
+	uint64_t addr = net_get(n);
+	uint32_t rkey = (uint32_t)net_get(n);
+	struct ibv_wc wc;
+
+	net_expect(n, T_READY, "B's receives posted");
+	for (int i = 0; i < BATCH_SENDS + 2; i++) {
+		sge[i] = (struct ibv_sge){ (uintptr_t)n->b.p + (size_t)i * 64, 32, n->b.mr->lkey };
+		fill_pattern(n->b.p + (size_t)i * 64, 32, 40 + (uint32_t)i);
+		wr[i] = (struct ibv_send_wr){ .wr_id = 10 + (uint64_t)i, .sg_list = &sge[i],
+					      .num_sge = 1, .opcode = IBV_WR_SEND,
+					      .send_flags = IBV_SEND_SIGNALED,
+					      .next = i + 1 < BATCH_SENDS + 2 ? &wr[i + 1] : NULL };
+	}
+	wr[BATCH_SENDS].opcode = IBV_WR_RDMA_WRITE;
+	wr[BATCH_SENDS].wr.rdma.remote_addr = addr;
+	wr[BATCH_SENDS].wr.rdma.rkey = rkey;
+	CHECK(ibv_post_send(n->qp, wr, &bad) == 0, "post the list");
+	for (int i = 0; i < BATCH_SENDS; i++)
+		expect_wc(n->scq, &wc, 10 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_SEND,
+			  "SEND ahead of the refused WRITE");
+	expect_wc(n->scq, &wc, 10 + BATCH_SENDS, IBV_WC_REM_ACCESS_ERR, -1, "refused WRITE");
+	expect_wc(n->scq, &wc, 11 + BATCH_SENDS, IBV_WC_WR_FLUSH_ERR, -1,
+		  "SEND behind the refused WRITE");
+	wait_err(n->qp, DEADLINE_MS, "requester");
+	net_put(n, T_DONE);
+	net_expect(n, T_CHECKED, "B checked");
+}
+
+static void batch_then_error_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < BATCH_SENDS + 1; i++)
+		post_recv1(n->qp, 0xc0 + (uint64_t)i, n->b.p + 65536 + (size_t)i * 64, 64,
+			   n->b.mr->lkey);
+	net_put(n, (uintptr_t)n->b.p);
+	net_put(n, ~n->b.mr->rkey);
+	net_put(n, T_READY);
+	net_expect(n, T_DONE, "A saw its completions");
+	for (int i = 0; i < BATCH_SENDS; i++) {
+		expect_wc(n->rcq, &wc, 0xc0 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_RECV,
+			  "SEND ahead of the refused WRITE");
+		CHECK(wc.byte_len == 32, "RECV %d: %u bytes", i, wc.byte_len);
+		check_pattern(n->b.p + 65536 + (size_t)i * 64, 32, 40 + (uint32_t)i, "SEND");
+	}
+	expect_wc(n->rcq, &wc, 0xc0 + BATCH_SENDS, IBV_WC_WR_FLUSH_ERR, -1,
+		  "the receive the SEND behind must not fill");
+	wait_err(n->qp, DEADLINE_MS, "responder");
+	net_put(n, T_CHECKED);
+}
+
 /* ---- table --------------------------------------------------------------- */
 
 struct ecase {
@@ -263,6 +328,7 @@ static const struct ecase cases[] = {
 	CASE(bad_rkey_read, NULL),
 	CASE(no_remote_atomic, no_atomic_opts),
 	CASE(recv_too_small, NULL),
+	CASE(batch_then_error, NULL),
 };
 
 static void run_case(size_t i)
@@ -276,7 +342,7 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8)
 
 int main(int argc, char **argv)
 {
@@ -285,6 +351,7 @@ int main(int argc, char **argv)
 		{ cases[2].name, sub2 }, { cases[3].name, sub3 },
 		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
 		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
+		{ cases[8].name, sub8 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
