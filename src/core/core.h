@@ -526,6 +526,9 @@ int cq_push(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited);
  * sq_upto (a WR's slot is busy until its completion, or a later one, is
  * reaped, as on hardware; so a CQ sized to the SQ never overflows). */
 int cq_push_sq(struct sr_cq *cq, const struct ibv_wc *wc, struct sr_qp *qp, uint32_t sq_upto);
+/* n completions in order under one hold of the CQ's lock, as n cq_push
+ * (solicited: any of them is for a solicited message). */
+void cq_push_many(struct sr_cq *cq, const struct ibv_wc *wc, int n, bool solicited);
 /* The QP is going away: its CQEs stay, but no longer point at it. */
 void cq_forget_qp(struct sr_cq *cq, struct sr_qp *qp);
 void qp_sq_reaped(struct sr_qp *qp, uint32_t upto);

@@ -231,6 +231,46 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 	return 0;
 }
 
+void cq_push_many(struct sr_cq *cq, const struct ibv_wc *wc, int n, bool solicited)
+{
+	struct sr_comp_channel *ch = cq->ibcq.channel ? to_chan(cq->ibcq.channel) : NULL;
+	bool notify = false, overflow = false, errors = false;
+	bool stamp = cq->wc_flags_ex & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+					IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK);
+	uint64_t ts = stamp ? now_ns() : 0;
+	int i;
+
+	pthread_mutex_lock(&cq->lock);
+	for (i = 0; i < n; i++) {
+		struct sr_cqe *e;
+
+		if (cq->tail - cq->head >= (uint32_t)cq->ibcq.cqe) {
+			/* (as in cq_add: the rest is lost, reported once) */
+			overflow = !cq->overflowed && !cq->ignore_overrun;
+			cq->overflowed = true;
+			break;
+		}
+		e = &cq->ring[cq->tail & (cq->size - 1)];
+		e->wc = wc[i];
+		e->ts = ts;
+		e->sq_qp = NULL;
+		e->sq_upto = 0;
+		cq->tail++;
+		errors |= wc[i].status != IBV_WC_SUCCESS;
+	}
+	if (i && (cq->armed == 1 || (cq->armed == 2 && (solicited || errors)))) {
+		cq->armed = 0;
+		notify = ch != NULL;
+	}
+	pthread_mutex_unlock(&cq->lock);
+	if (overflow) {
+		sr_warn("CQ %p overflow", (void *)cq);
+		ctx_async_event(to_ctx(cq->ibcq.context), cq, IBV_EVENT_CQ_ERR);
+	}
+	if (notify)
+		evq_push(&ch->evq, cq, 0, 0);
+}
+
 static bool cq_empty(struct sr_cq *cq)
 {
 	return cq->head == cq->tail;	/* a racy peek is fine: a hint */

@@ -112,6 +112,13 @@ struct sr_qp {
 	 * sends (lock held) */
 	bool rx_batch, rx_ack_held;
 	uint32_t rx_ack_msn;
+	/* ... and its receive completions go to the CQ together (one hold
+	 * of its lock), at the batch's end or before any other completion
+	 * of this QP's (qp_rx_wc_release) */
+	struct sr_cq *rx_wc_cq;
+	uint32_t rx_wc_n;
+	bool rx_wc_se;
+	struct ibv_wc rx_wc[16];
 
 	/* RNR (IBTA 9.7.5.2.8): the responder parked our request msn for
 	 * want of a receive WQE; with a finite rnr_retry the WQE fails
@@ -220,6 +227,8 @@ void qp_sq_progress_locked(struct sr_qp *qp);
 void qp_kick(struct sr_qp *qp);
 /* Enter ERROR: flush every WQE; caller holds qp->lock. */
 void qp_to_error_locked(struct sr_qp *qp);
+/* The receive completions a batch holds go to their CQ now (lock held). */
+void qp_rx_wc_release(struct sr_qp *qp);
 void qp_get(struct sr_qp *qp);
 void qp_put(struct sr_qp *qp);
 

@@ -111,7 +111,28 @@ static void recv_complete(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m,
 	}
 	/* An XRC receive completes into its SRQ's CQ, naming the XRC_RECV
 	 * QP it came through (as mlx5 reports it). */
-	cq_push(qp->xdom ? qp->rx_srq->cq : qp->rcq, &wc, (m->flags & SR_MSGF_SE) != 0);
+	struct sr_cq *cq = qp->xdom ? qp->rx_srq->cq : qp->rcq;
+	bool se = (m->flags & SR_MSGF_SE) != 0;
+
+	if (!qp->rx_batch) {
+		cq_push(cq, &wc, se);
+		return;
+	}
+	/* (64-byte ib_send_bw: a lock of the CQ's a message saved) */
+	if (qp->rx_wc_n == ARRAY_SIZE(qp->rx_wc) || (qp->rx_wc_n && qp->rx_wc_cq != cq))
+		qp_rx_wc_release(qp);
+	qp->rx_wc_cq = cq;
+	qp->rx_wc_se |= se;
+	qp->rx_wc[qp->rx_wc_n++] = wc;
+}
+
+void qp_rx_wc_release(struct sr_qp *qp)
+{
+	if (!qp->rx_wc_n)
+		return;
+	cq_push_many(qp->rx_wc_cq, qp->rx_wc, (int)qp->rx_wc_n, qp->rx_wc_se);
+	qp->rx_wc_n = 0;
+	qp->rx_wc_se = false;
 }
 
 /* Scatter a SEND payload into a receive WQE. */
@@ -834,6 +855,7 @@ void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
 			msg_free(m[i]);
 	qp->rx_batch = false;
 	ack_release(qp);
+	qp_rx_wc_release(qp);
 	pthread_mutex_unlock(&qp->lock);
 }
 

@@ -57,6 +57,7 @@ static void sq_complete_one(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc_sta
 		else
 			wc.byte_len = (uint32_t)w->length;
 	}
+	qp_rx_wc_release(qp);	/* (a batch's receive completions first) */
 	cq_push_sq(qp->scq, &wc, qp, qp->sq_head + 1);
 }
 
@@ -96,6 +97,7 @@ void qp_sqd_check_locked(struct sr_qp *qp)
  * queue too (IBTA 10.3.1 "Error state"). Caller holds qp->lock. */
 void qp_to_error_locked(struct sr_qp *qp)
 {
+	qp_rx_wc_release(qp);	/* (a batch's receive completions first) */
 	if (qp->state != IBV_QPS_ERR) {
 		sr_dbg("QP %#x %s -> ERR", qp->ibqp.qp_base.qp_num, sr_qp_state_name[qp->state]);
 		qp->state = IBV_QPS_ERR;

@@ -586,6 +586,64 @@ static void test_ex_poll_partial(void **state)
 	assert_int_equal(cq_destroy(cq), 0);
 }
 
+/* cq_push_many (a receive batch's completions): in order, one event per
+ * arming for the batch (next: any; solicited: one solicited or failed
+ * among them), and an overflow keeps the first ones and reports once. */
+static void test_push_many(void **state)
+{
+	struct fix *f = *state;
+	struct sr_cq *cq = mk_cq(f, 8, true);
+	struct ibv_wc wc[6];
+	struct sr_ev ev;
+
+	for (int i = 0; i < 6; i++)
+		wc[i] = wc_of(10 + (uint64_t)i);
+	/* unarmed: no event */
+	cq_push_many(cq, wc, 3, true);
+	assert_int_equal(drain_events(&f->ch.evq, cq, 0), 0);
+	poll_ids(cq, 10, 3);
+	/* armed for the next: one event for the whole batch */
+	assert_int_equal(cq_arm(cq, 0), 0);
+	cq_push_many(cq, wc, 3, false);
+	assert_int_equal(drain_events(&f->ch.evq, cq, 0), 1);
+	poll_ids(cq, 10, 3);
+	/* armed for solicited: a batch of unsolicited successes raises none,
+	 * and leaves the arming; one with a solicited message does */
+	assert_int_equal(cq_arm(cq, 1), 0);
+	cq_push_many(cq, wc, 2, false);
+	assert_int_equal(drain_events(&f->ch.evq, cq, 0), 0);
+	cq_push_many(cq, wc + 2, 2, true);
+	assert_int_equal(drain_events(&f->ch.evq, cq, 0), 1);
+	poll_ids(cq, 10, 4);
+	/* ... and so does one with a failed completion in it */
+	assert_int_equal(cq_arm(cq, 1), 0);
+	wc[4].status = IBV_WC_LOC_LEN_ERR;
+	cq_push_many(cq, wc + 3, 3, false);
+	assert_int_equal(drain_events(&f->ch.evq, cq, 0), 1);
+	{
+		struct ibv_wc out[3];
+
+		assert_int_equal(cq_poll(cq, 3, out), 3);
+		assert_int_equal(out[0].wr_id, 13);
+		assert_int_equal(out[1].wr_id, 14);
+		assert_int_equal(out[1].status, IBV_WC_LOC_LEN_ERR);
+		assert_int_equal(out[2].wr_id, 15);
+	}
+	wc[4].status = IBV_WC_SUCCESS;
+	/* overflow: 8 fit of 5 + 6; the first three of the second batch are
+	 * kept, the rest lost, one CQ error */
+	cq_push_many(cq, wc, 5, false);
+	assert_int_equal(evq_pop(&f->ctx->async, &ev), -EAGAIN);
+	cq_push_many(cq, wc, 6, false);
+	assert_int_equal(cq_count(cq), 8);
+	assert_int_equal(evq_pop(&f->ctx->async, &ev), 0);
+	assert_ptr_equal(ev.obj, cq);
+	assert_int_equal(ev.type, IBV_EVENT_CQ_ERR);
+	poll_ids(cq, 10, 5);
+	poll_ids(cq, 10, 3);
+	assert_int_equal(cq_destroy(cq), 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -606,6 +664,7 @@ int main(void)
 		T(test_destroy_drops_channel_events),
 		T(test_ex_poll),
 		T(test_ex_poll_partial),
+		T(test_push_many),
 	};
 #undef T
 
