@@ -2,6 +2,7 @@
  * SEND or WRITE of at most SHM_SMALL_PAYLOAD bytes, with the positive
  * cumulative ACK owed before it, as one small ring record (shm_ring.h,
  * kind 4) in place of MPA FPDUs: this header, then len payload bytes.
+ * Or a positive ACK alone (op SHM_SMALL_ACK: flags F_ACK, nothing else).
  * Host order (both ends are one host). The producer writes one only at a
  * message boundary of the stream; it carries exactly what the FPDUs
  * would, and both sides count the same MSNs for it. Pure code: the
@@ -13,7 +14,7 @@
 #include <stdint.h>
 
 struct shm_small {
-	uint8_t op;			/* SHM_SMALL_SEND or SHM_SMALL_WRITE */
+	uint8_t op;			/* SHM_SMALL_SEND, _WRITE or _ACK */
 	uint8_t flags;			/* SHM_SMALL_F_* */
 	uint16_t len;			/* payload bytes after this header */
 	uint32_t ack_msn;		/* F_ACK: the ACK, which comes first */
@@ -27,6 +28,7 @@ _Static_assert(sizeof(struct shm_small) == 24, "struct shm_small: 24 bytes, no p
 
 #define SHM_SMALL_SEND		1
 #define SHM_SMALL_WRITE		2
+#define SHM_SMALL_ACK		3	/* F_ACK; len, msn, word, to 0 */
 #define SHM_SMALL_F_ACK		0x01
 #define SHM_SMALL_F_SE		0x02	/* SEND only */
 #define SHM_SMALL_F_IMM		0x04	/* SEND only; not with INV */

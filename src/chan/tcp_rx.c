@@ -420,6 +420,8 @@ static int small_take(struct tcp_chan *tc, struct rx_out *out)
 			note_answer(tc, m->msn);
 		}
 	}
+	if (h.op == SHM_SMALL_ACK)
+		return 1;
 	if (h.op == SHM_SMALL_SEND) {
 		m = msg_alloc(h.len);
 		if (!m)

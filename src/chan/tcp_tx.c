@@ -358,6 +358,25 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 }
 
 /* Queue a pending cumulative ACK ahead of anything else. */
+/* On shm, at a message boundary, the ACK owed goes alone as a small
+ * ring record (shm_small.h), without an FPDU to encode here and parse
+ * there. True if it went. tc->lock held. */
+static bool ack_small_locked(struct tcp_chan *tc)
+{
+	struct shm_small h = { .op = SHM_SMALL_ACK, .flags = SHM_SMALL_F_ACK,
+			       .ack_msn = tc->ack_msn };
+	struct iovec iov = { &h, sizeof(h) };
+
+	if (!tc->shm_tx || !tc->ext || tc->state != TS_UP || tc->closed || tc->tx_gate ||
+	    tc->shm_sw_pending || tc->cur || !sr_list_empty(&tc->txq) ||
+	    tc->slot_head != tc->slot_tail || shm_send_small(tc, &iov, 1, sizeof(h)) <= 0)
+		return false;
+	tc->ack_pending = false;
+	rsp_take(tc, tc->ack_msn);
+	chan_stat_inc(&chan_stats.shm_fpdus);
+	return true;
+}
+
 void ack_flush_locked(struct tcp_chan *tc)
 {
 	struct sr_msg *a;
@@ -530,7 +549,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 		int n = 0;
 		ssize_t w;
 
-		if (sr_list_empty(&tc->txq) && !tc->cur)
+		if (sr_list_empty(&tc->txq) && !tc->cur && !(tc->ack_pending && ack_small_locked(tc)))
 			ack_flush_locked(tc);
 		/* Nothing is encoded behind our last FPDU on TCP until it is
 		 * written: what follows it goes to the ring. */

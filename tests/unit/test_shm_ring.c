@@ -523,7 +523,10 @@ static void small_decode(void **state)
 		{ SHM_SMALL_WRITE, SHM_SMALL_F_SE, 8, sizeof(h) + 8 },	/* SEND's flags */
 		{ SHM_SMALL_WRITE, SHM_SMALL_F_INV, 8, sizeof(h) + 8 },
 		{ 0, 0, 8, sizeof(h) + 8 },				/* op */
-		{ 3, 0, 8, sizeof(h) + 8 },
+		{ 4, 0, 8, sizeof(h) + 8 },
+		{ SHM_SMALL_ACK, 0, 0, sizeof(h) },			/* ACK: no F_ACK */
+		{ SHM_SMALL_ACK, SHM_SMALL_F_ACK, 8, sizeof(h) + 8 },	/* a payload */
+		{ SHM_SMALL_ACK, SHM_SMALL_F_ACK | SHM_SMALL_F_SE, 0, sizeof(h) },
 	};
 
 	(void)state;
@@ -539,6 +542,22 @@ static void small_decode(void **state)
 	ok.len = 0;
 	memcpy(buf, &ok, sizeof(ok));
 	assert_int_equal(shm_small_decode(buf, sizeof(h), &h), 0);	/* a 0-byte WRITE */
+	/* an ACK alone: F_ACK and its MSN, every other field 0 */
+	ok = (struct shm_small){ .op = SHM_SMALL_ACK, .flags = SHM_SMALL_F_ACK, .ack_msn = 77 };
+	memcpy(buf, &ok, sizeof(ok));
+	assert_int_equal(shm_small_decode(buf, sizeof(h), &h), 0);
+	assert_int_equal(h.ack_msn, 77);
+	ok.msn = 1;
+	memcpy(buf, &ok, sizeof(ok));
+	assert_int_equal(shm_small_decode(buf, sizeof(h), &h), -EBADMSG);
+	ok.msn = 0;
+	ok.word = 1;
+	memcpy(buf, &ok, sizeof(ok));
+	assert_int_equal(shm_small_decode(buf, sizeof(h), &h), -EBADMSG);
+	ok.word = 0;
+	ok.to = 1;
+	memcpy(buf, &ok, sizeof(ok));
+	assert_int_equal(shm_small_decode(buf, sizeof(h), &h), -EBADMSG);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct shm_small b = { .op = bad[i].op, .flags = bad[i].flags, .len = bad[i].len };
 
