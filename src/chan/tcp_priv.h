@@ -241,8 +241,9 @@ struct tcp_chan {
 	bool rx_nosleep;		/* a pass that asks for no wakeup:
 					 * the progress thread watches the
 					 * ring after it (rx_lock) */
-	bool rx_onesided;		/* ... and it answered a READ or an
-					 * atomic (rx_lock) */
+	bool rx_onesided;		/* ... and it took a READ, an atomic
+					 * or a WRITE in (rx_lock), */
+	bool rx_twosided;		/* ... or a SEND or an immediate */
 	bool rx_ans_new;		/* answers came in this pass, up to */
 	uint32_t rx_ans_got;		/* ... this request (for rx_ans_msn) */
 

@@ -791,9 +791,15 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				tcp_tx_faults(tc);
 		}
 		if (got && tc->rx_nosleep) {
-			for (int i = 0; i < out.n; i++)
-				if (out.m[i]->op == SR_MSG_READ_REQ || out.m[i]->op == SR_MSG_ATOMIC_REQ)
+			for (int i = 0; i < out.n; i++) {
+				uint8_t op = out.m[i]->op;
+
+				if (op == SR_MSG_READ_REQ || op == SR_MSG_ATOMIC_REQ ||
+				    op == SR_MSG_WRITE)
 					tc->rx_onesided = true;
+				else if (op == SR_MSG_SEND || op == SR_MSG_IMM)
+					tc->rx_twosided = true;
+			}
 		}
 		if (got)
 			qp_rx_many(qp, out.m, out.n, out.ack ? &out.ack_msn : NULL);
@@ -955,10 +961,10 @@ void tcp_rx_spin(struct tcp_chan *tc)
 
 		pthread_mutex_lock(&tc->rx_lock);
 		tc->rx_nosleep = limit != 0;
-		tc->rx_onesided = false;
+		tc->rx_onesided = tc->rx_twosided = false;
 		why = tcp_rx_locked(tc, false);
 		tc->rx_nosleep = false;
-		onesided = tc->rx_onesided;
+		onesided = tc->rx_onesided && !tc->rx_twosided;
 		rx_mark_update(tc);
 		mark = atomic_load_explicit(&tc->rx_mark, memory_order_relaxed);
 		pthread_mutex_unlock(&tc->rx_lock);

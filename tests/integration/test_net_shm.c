@@ -50,10 +50,11 @@
  *   every WRITE lands (its round number, byte for byte), and A's stats
  *   line shows it kicked B's progress thread (shm_kicks): B's stream
  *   was left to B's poller, which was not coming back.
- * - read_spin: A READs (8 B and 4 KiB, alternating) and fetch-and-adds
+ * - read_spin: A READs (8 B and 4 KiB), fetch-and-adds and WRITEs (64 B)
  *   B's memory 3000 times while B's program waits in a blocking read (its
  *   progress thread answers, and watches the ring between requests): every
- *   READ returns B's bytes and every fetch-and-add the value before it;
+ *   READ returns B's bytes, every fetch-and-add the value before it, and
+ *   B's slots hold the last WRITE to each;
  *   then B, idle, uses under 100 ms of CPU time in 500 ms (the progress
  *   thread went back to sleep). read_spin_tcp: the same over TCP
  *   (SOFTRNIC_SHM=0), where the progress thread watches the socket.
@@ -896,6 +897,7 @@ static void sub_watcher(void)
 
 #define SPIN_N		3000
 #define SPIN_CTR	(64 * KIB)	/* B's counter, fetch-and-added */
+#define SPIN_SLOTS	(80 * KIB)	/* B's 8 slots of 64 bytes, written */
 
 static void spin_a(struct net_end *n)
 {
@@ -905,16 +907,27 @@ static void spin_a(struct net_end *n)
 	ping_at(n, 1, 128 * KIB);
 	net_expect(n, T_READY, "B filled");
 	for (int i = 0; i < SPIN_N; i++) {
-		if (i % 3 == 2) {
+		if (i % 4 == 2) {
 			CHECK(post_atomic(n->qp, IBV_WR_ATOMIC_FETCH_AND_ADD, 40, old, n->b.mr->lkey,
 					  n->peer.addr + SPIN_CTR, n->peer.rkey, 3, 0) == 0,
 			      "post fetch-and-add %d", i);
 			expect_wc(n->scq, &wc, 40, IBV_WC_SUCCESS, IBV_WC_FETCH_ADD, "fetch-and-add");
-			CHECK(*old == 1000 + 3 * (uint64_t)(i / 3), "fetch-and-add %d returned %llu", i,
+			CHECK(*old == 1000 + 3 * (uint64_t)(i / 4), "fetch-and-add %d returned %llu", i,
 			      (unsigned long long)*old);
 			continue;
 		}
-		uint32_t len = i % 3 ? 4096 : 8;
+		if (i % 4 == 3) {
+			/* 64 bytes into B's slot (i / 4) % 8, seeded with i */
+			uint8_t *src = n->b.p + 96 * KIB + (size_t)(i % 64) * 64;
+
+			fill_pattern(src, 64, 900 + (uint32_t)i);
+			CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 42, src, 64, n->b.mr->lkey,
+					 IBV_SEND_SIGNALED, n->peer.addr + SPIN_SLOTS + (size_t)((i / 4) % 8) * 64,
+					 n->peer.rkey, 0) == 0, "post WRITE %d", i);
+			expect_wc(n->scq, &wc, 42, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "WRITE");
+			continue;
+		}
+		uint32_t len = i % 4 ? 4096 : 8;
 		size_t off = (size_t)(i % 16) * 4096;
 
 		memset(n->b.p + off, 0, len);
@@ -948,9 +961,13 @@ static void spin_b(struct net_end *n)
 	net_put(n, T_READY);
 	/* the program waits in a blocking read: the progress thread answers */
 	net_expect(n, T_DONE, "A's requests done");
-	CHECK(*(uint64_t *)(n->b.p + SPIN_CTR) == 1000 + 3 * (uint64_t)(SPIN_N / 3),
+	CHECK(*(uint64_t *)(n->b.p + SPIN_CTR) == 1000 + 3 * (uint64_t)(SPIN_N / 4),
 	      "B's counter %llu after %d fetch-and-adds", (unsigned long long)*(uint64_t *)(n->b.p + SPIN_CTR),
-	      SPIN_N / 3);
+	      SPIN_N / 4);
+	/* each slot holds the last WRITE to it: i = 3 + 4k, slot k % 8 */
+	for (int k = SPIN_N / 4 - 8; k < SPIN_N / 4; k++)
+		check_pattern(n->b.p + SPIN_SLOTS + (size_t)(k % 8) * 64, 64, 900 + (uint32_t)(4 * k + 3),
+			      "the last WRITE to a slot");
 	t0 = cpu_ms();
 	usleep(500 * 1000);
 	used = cpu_ms() - t0;
