@@ -20,7 +20,8 @@
  * shm_ring_read_small into a buffer as large as the channel's (280
  * bytes: a longer one is -EPROTO, ASan checks the copy stays inside),
  * then decoded as the channel does (src/chan/shm_small.c): a message it
- * accepts says exactly how much payload follows its header.
+ * accepts says exactly how much payload follows its header (none for an
+ * ACK alone).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -110,7 +111,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 			if (!shm_small_decode(small, (size_t)k, &h))
 				CHECK(sizeof(h) + h.len == (size_t)k && h.len <= SHM_SMALL_PAYLOAD &&
-				      (h.op == SHM_SMALL_SEND || h.op == SHM_SMALL_WRITE));
+				      (h.op == SHM_SMALL_SEND || h.op == SHM_SMALL_WRITE ||
+				       (h.op == SHM_SMALL_ACK && !h.len &&
+					h.flags == SHM_SMALL_F_ACK)));
 			continue;
 		}
 		CHECK(k == -EPROTO || (k >= 0 && (size_t)k <= v.iov_len));
