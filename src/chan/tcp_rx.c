@@ -952,7 +952,7 @@ static bool rx_input_waits(struct tcp_chan *tc, uint64_t mark)
 void tcp_rx_spin(struct tcp_chan *tc)
 {
 	uint64_t limit = spin_ns(), until = 0, end = 0;
-	bool shm = tc->shm_rx;
+	bool shm = false;
 
 	for (;;) {
 		const char *why;
@@ -965,6 +965,10 @@ void tcp_rx_spin(struct tcp_chan *tc)
 		why = tcp_rx_locked(tc, false);
 		tc->rx_nosleep = false;
 		onesided = tc->rx_onesided && !tc->rx_twosided;
+		/* (read after the pass: a SWITCH it took in moves the stream
+		 * onto the ring, which this pass then read asking for no
+		 * wakeup; the last look below must then ask for one) */
+		shm = tc->shm_rx;
 		rx_mark_update(tc);
 		mark = atomic_load_explicit(&tc->rx_mark, memory_order_relaxed);
 		pthread_mutex_unlock(&tc->rx_lock);
