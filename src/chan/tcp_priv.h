@@ -404,9 +404,15 @@ void tcp_rx_try(struct tcp_chan *tc);
  * next post when the stream is poll-owned. */
 void tcp_rx_poll(struct tcp_chan *tc);
 /* The progress thread's receive pass on a stream that no program thread
- * polls: after one that answered a READ or an atomic, it watches the
- * stream for SOFTRNIC_SPIN_US before it sleeps (tcp_rx.c). */
+ * polls: after one that took in a READ, an atomic or a WRITE, it watches
+ * the stream for SOFTRNIC_SPIN_US before it sleeps (tcp_spin.c). */
 void tcp_rx_spin(struct tcp_chan *tc);
+/* tcp_rx_spin's pass (takes rx_lock): with nosleep it asks the ring for
+ * no wakeup. *onesided: it took in a READ, an atomic or a WRITE and no
+ * SEND or immediate data; *shm: the stream reads the ring now; *mark:
+ * rx_mark after it. NULL, or why the stream must end (tcp_fail). */
+const char *tcp_rx_pass(struct tcp_chan *tc, bool nosleep, bool *onesided, bool *shm,
+			uint64_t *mark);
 /* Would tcp_rx_poll find nothing to do on this stream (a ring with nothing
  * new, nothing staged, nothing to write)? A lock-free look, safe while
  * the stream is listed; false when unsure. Stamps the poll (POLL_WINDOW). */

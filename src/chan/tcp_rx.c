@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -894,132 +893,22 @@ void tcp_rx(struct tcp_chan *tc)
 		tcp_fail(tc, why);
 }
 
-/* SOFTRNIC_SPIN_US (microseconds, default 20, 0: none). */
-static uint64_t spin_ns(void)
+const char *tcp_rx_pass(struct tcp_chan *tc, bool nosleep, bool *onesided, bool *shm,
+			uint64_t *mark)
 {
-	static _Atomic int64_t ns = -1;
-	int64_t v = atomic_load_explicit(&ns, memory_order_relaxed);
+	const char *why;
 
-	if (v < 0) {
-		uint64_t us = 20;
-
-		if (sr_env_size("SOFTRNIC_SPIN_US", 1000000, &us) < 0) {
-			sr_warn("SOFTRNIC_SPIN_US=%s ignored (microseconds, at most 1000000)",
-				getenv("SOFTRNIC_SPIN_US"));
-			us = 20;
-		}
-		v = (int64_t)us * 1000;
-		atomic_store_explicit(&ns, v, memory_order_relaxed);
-	}
-	return (uint64_t)v;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
-/* Has input come since the pass that left the ring at mark (shm), or is
- * any waiting in the socket (a system call)? */
-static bool rx_input_waits(struct tcp_chan *tc, uint64_t mark)
-{
-	int n = 0;
-
-	if (tc->shm_rx)
-		return !shm_rx_idle_at(tc, mark);	/* (eof and broken too) */
-	return ioctl(tc->pl.fd, FIONREAD, &n) != 0 || n > 0;	/* (an error: a pass finds it) */
-}
-
-/* A stream whose program does not poll (it sleeps, or waits elsewhere)
- * leaves the progress thread to do what a NIC's own processor would:
- * answer READs and atomics with no help from the program. Woken for each
- * request, a round trip costs the requester's eventfd write or loopback
- * segment and a CPU's wake-up from idle (8-byte ib_read_lat 5.6 us on
- * shm, 19.4 on TCP). So after a pass that answered a READ or an atomic,
- * the progress thread watches for the next request for SPIN_US more (on
- * shm the ring's next header word, asking for no wakeup meanwhile; on
- * TCP the socket, with FIONREAD), and sleeps once none came that long,
- * or a pass answered no such request (SENDs and WRITEs involve the
- * program, whose thread then needs the CPU more than a spinning progress
- * thread: ibv_rc_pingpong -e, 8 B, 47-60 us an iteration without, 52-122
- * with a spin after every pass). It stops at once when a program thread
- * starts polling (poll_owned: the stream is its), and goes back to its
- * other streams and timers after 8 x SPIN_US at most. */
-void tcp_rx_spin(struct tcp_chan *tc)
-{
-	uint64_t limit = spin_ns(), until = 0, end = 0;
-	bool shm = false;
-
-	for (;;) {
-		const char *why;
-		uint64_t mark;
-		bool onesided;
-
-		pthread_mutex_lock(&tc->rx_lock);
-		tc->rx_nosleep = limit != 0;
-		tc->rx_onesided = tc->rx_twosided = false;
-		why = tcp_rx_locked(tc, false);
-		tc->rx_nosleep = false;
-		onesided = tc->rx_onesided && !tc->rx_twosided;
-		/* (read after the pass: a SWITCH it took in moves the stream
-		 * onto the ring, which this pass then read asking for no
-		 * wakeup; the last look below must then ask for one) */
-		shm = tc->shm_rx;
-		rx_mark_update(tc);
-		mark = atomic_load_explicit(&tc->rx_mark, memory_order_relaxed);
-		pthread_mutex_unlock(&tc->rx_lock);
-		if (why) {
-			tcp_fail(tc, why);
-			return;
-		}
-		if (!limit)
-			return;
-		if ((shm && (mark & 1)) || !onesided)
-			break;	/* (then a pass that may sleep: bytes staged,
-				 * or the program is in the loop) */
-		if (!until) {
-			until = progress_now_ns() + limit;
-			/* (the thread serves other streams and timers too) */
-			end = until + 7 * limit;
-		}
-		for (unsigned int n = 1;; n++) {
-			if (rx_input_waits(tc, mark))
-				break;
-			/* (a socket's look is a system call: every time) */
-			if (!shm || (n & 63) == 0) {
-				bool owned;
-
-				pthread_mutex_lock(&tc->lock);
-				owned = tc->poll_owned || tc->state != TS_UP || tc->closed;
-				pthread_mutex_unlock(&tc->lock);
-				if (owned)
-					return;	/* (a poller asks for no wakeup) */
-				/* On TCP, answers that wait for room in the
-				 * socket (EPOLLOUT) are sent by the thread's
-				 * loop, not this one: 64 KiB ib_read_bw 72 ->
-				 * 41-50 Gb/s spinning through them. (On shm
-				 * they rarely wait: READ responses name the
-				 * payload, the requester pulls it.) */
-				if (progress_now_ns() >= until ||
-				    (!shm && !atomic_load_explicit(&tc->tx_idle, memory_order_acquire)))
-					goto quiet;
-			}
-			if (shm)
-				cpu_relax();
-		}
-		until = progress_now_ns() + limit;
-		if (until > end)
-			break;
-	}
-quiet:
-	/* A last look, that asks for a wakeup (a socket's epoll watch is
-	 * level-triggered: it reports what came, with no look) */
-	if (shm)
-		tcp_rx(tc);
+	pthread_mutex_lock(&tc->rx_lock);
+	tc->rx_nosleep = nosleep;
+	tc->rx_onesided = tc->rx_twosided = false;
+	why = tcp_rx_locked(tc, false);
+	tc->rx_nosleep = false;
+	*onesided = tc->rx_onesided && !tc->rx_twosided;
+	*shm = tc->shm_rx;
+	rx_mark_update(tc);
+	*mark = atomic_load_explicit(&tc->rx_mark, memory_order_relaxed);
+	pthread_mutex_unlock(&tc->rx_lock);
+	return why;
 }
 
 void tcp_rx_try(struct tcp_chan *tc)
