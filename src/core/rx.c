@@ -849,7 +849,8 @@ void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
 	if (ack && (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ||
 		    qp->state == IBV_QPS_SQE))
 		sq_ack_upto_locked(qp, *ack);
-	qp->rx_batch = true;
+	qp->rx_batch = n > 1;	/* (one message: nothing to save, and a
+				 * ping-pong's latency pays for the hold) */
 	for (int i = 0; i < n; i++)
 		if (!qp_rx_locked(qp, m[i]))
 			msg_free(m[i]);
