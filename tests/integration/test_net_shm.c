@@ -46,7 +46,7 @@
  *   stats lines), the others the usual way, and all arrive in order,
  *   byte for byte, each completion as it should be on both sides.
  * - watcher: B busy-polls its CQ, then stops calling verbs and waits for
- *   A's WRITE by watching its memory (as ib_write_lat does), 20 rounds:
+ *   A's WRITE by watching its memory (as ib_write_lat does), 100 rounds:
  *   every WRITE lands (its round number, byte for byte), and A's stats
  *   line shows it kicked B's progress thread (shm_kicks): B's stream
  *   was left to B's poller, which was not coming back.
@@ -822,7 +822,7 @@ static void sub_ack_order(void)
 
 /* ---- watcher: a program that waits by watching memory ------------------ */
 
-#define WATCH_ROUNDS	20
+#define WATCH_ROUNDS	100
 #define WATCH_SLOT	(256 * KIB)	/* where A's WRITEs land in B */
 enum { T_WATCHING = 0x400, T_SEEN = 0x500 };
 
@@ -889,7 +889,8 @@ static void sub_watcher(void)
 	stats_done(path, !WIFEXITED(st) || WEXITSTATUS(st) || kicks < 1);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pair failed (status %#x)", st);
 	/* (not one per round: a WRITE that comes after B's progress thread
-	 * has its stream back, or while B still polls, needs none) */
+	 * has its stream back, or while B still polls, needs none; on a
+	 * loaded machine as few as 2 rounds in 20 had one, hence 100) */
 	CHECK(kicks >= 1, "no kick: the WRITEs waited for B's poll-ownership check");
 }
 
