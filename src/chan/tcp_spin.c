@@ -49,17 +49,17 @@ static bool rx_input_waits(struct tcp_chan *tc, uint64_t mark)
 
 /* A stream whose program does not poll (it sleeps, or waits elsewhere)
  * leaves the progress thread to do what a NIC's own processor would:
- * answer READs and atomics with no help from the program. Woken for each
- * request, a round trip costs the requester's eventfd write or loopback
- * segment and a CPU's wake-up from idle (8-byte ib_read_lat 5.6 us on
- * shm, 19.4 on TCP). So after a pass that answered a READ or an atomic,
- * the progress thread watches for the next request for SPIN_US more (on
- * shm the ring's next header word, asking for no wakeup meanwhile; on
- * TCP the socket, with FIONREAD), and sleeps once none came that long,
- * or a pass answered no such request (SENDs and WRITEs involve the
- * program, whose thread then needs the CPU more than a spinning progress
- * thread: ibv_rc_pingpong -e, 8 B, 47-60 us an iteration without, 52-122
- * with a spin after every pass). It stops at once when a program thread
+ * answer READs and atomics and place WRITEs with no help from the
+ * program. Woken for each request, a round trip costs the requester's
+ * eventfd write or loopback segment and a CPU's wake-up from idle (8-byte
+ * ib_read_lat 5.6 us on shm, 19.4 on TCP). So after a pass that took in
+ * such a request, the progress thread watches for the next one for
+ * SPIN_US more (on shm the ring's next header word, asking for no wakeup
+ * meanwhile; on TCP the socket, with FIONREAD), and sleeps once none came
+ * that long, or a pass brought a SEND or immediate data (those involve
+ * the program, whose thread then needs the CPU more than a spinning
+ * progress thread: ibv_rc_pingpong -e, 8 B, 47-60 us an iteration
+ * without, 52-122 with a spin after every pass). It stops at once when a program thread
  * starts polling (poll_owned: the stream is its), and goes back to its
  * other streams and timers after 8 x SPIN_US at most. */
 void tcp_rx_spin(struct tcp_chan *tc)

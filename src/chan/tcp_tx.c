@@ -357,25 +357,34 @@ static bool tx_encode(struct tcp_chan *tc, struct tx_fpdu *s)
 	return true;
 }
 
-/* Queue a pending cumulative ACK ahead of anything else. */
+/* May a small ring record (shm_small.h) be written now: the stream on
+ * shm between softrnic peers, up, and at a message boundary (nothing
+ * queued, half encoded or half written)? tc->lock held. */
+static bool small_ok_locked(const struct tcp_chan *tc)
+{
+	return tc->shm_tx && tc->ext && tc->state == TS_UP && !tc->closed && !tc->tx_gate &&
+	       !tc->shm_sw_pending && !tc->cur && sr_list_empty(&tc->txq) &&
+	       tc->slot_head == tc->slot_tail;
+}
+
 /* On shm, at a message boundary, the ACK owed goes alone as a small
- * ring record (shm_small.h), without an FPDU to encode here and parse
- * there. True if it went. tc->lock held. */
+ * ring record, without an FPDU to encode here and parse there. True if
+ * it went. tc->lock held. */
 static bool ack_small_locked(struct tcp_chan *tc)
 {
 	struct shm_small h = { .op = SHM_SMALL_ACK, .flags = SHM_SMALL_F_ACK,
 			       .ack_msn = tc->ack_msn };
 	struct iovec iov = { &h, sizeof(h) };
 
-	if (!tc->shm_tx || !tc->ext || tc->state != TS_UP || tc->closed || tc->tx_gate ||
-	    tc->shm_sw_pending || tc->cur || !sr_list_empty(&tc->txq) ||
-	    tc->slot_head != tc->slot_tail || shm_send_small(tc, &iov, 1, sizeof(h)) <= 0)
+	if (!small_ok_locked(tc) || shm_send_small(tc, &iov, 1, sizeof(h)) <= 0)
 		return false;
 	tc->ack_pending = false;
 	rsp_take(tc, tc->ack_msn);
 	chan_stat_inc(&chan_stats.shm_fpdus);
 	return true;
 }
+
+/* Queue a pending cumulative ACK ahead of anything else. */
 
 void ack_flush_locked(struct tcp_chan *tc)
 {
@@ -721,9 +730,8 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 	if (r->len > SR_SMALL_MAX)
 		return -EAGAIN;
 	pthread_mutex_lock(&tc->lock);
-	if (!tc->shm_tx || !tc->ext || tc->state != TS_UP || tc->closed || tc->tx_gate ||
-	    tc->shm_hold_until || tc->shm_sw_pending || tc->cur || !sr_list_empty(&tc->txq) ||
-	    tc->slot_head != tc->slot_tail || tc->nfaults || tc->tx_written)
+	/* (requests also wait out a hold and the faults to report first) */
+	if (!small_ok_locked(tc) || tc->shm_hold_until || tc->nfaults || tc->tx_written)
 		goto again;
 	ack = tc->ack_pending;
 	if (ack) {
