@@ -690,7 +690,7 @@ static int group_socket(const struct in6_addr *addr)
 
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 		setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, &zero, sizeof(zero));
-		if (IN6_IS_ADDR_MC_LINKLOCAL(addr) && nif)
+		if ((IN6_IS_ADDR_MC_LINKLOCAL(addr) || IN6_IS_ADDR_MC_NODELOCAL(addr)) && nif)
 			a.sin6_scope_id = ifs[0];
 		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 			goto err;

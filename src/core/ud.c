@@ -52,7 +52,8 @@ int ah_create(struct sr_pd *pd, const struct ibv_ah_attr *attr, struct sr_ah **o
 	else
 		memcpy(&ah->av.dst.in6.sin6_addr, attr->grh.dgid.raw, 16);
 	if (IN6_IS_ADDR_LINKLOCAL(&ah->av.dst.in6.sin6_addr) ||
-	    IN6_IS_ADDR_MC_LINKLOCAL(&ah->av.dst.in6.sin6_addr))
+	    IN6_IS_ADDR_MC_LINKLOCAL(&ah->av.dst.in6.sin6_addr) ||
+	    IN6_IS_ADDR_MC_NODELOCAL(&ah->av.dst.in6.sin6_addr))
 		ah->av.dst.in6.sin6_scope_id = ah->av.ifindex;
 	ah->av.dst_len = sizeof(ah->av.dst.in6);
 	ah->ibah.context = pd->ibpd.context;

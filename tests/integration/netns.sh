@@ -14,6 +14,8 @@
 #     XRC through rdma_create_ep),
 #     CM to 198.18.0.1, and unmodified rping -v -C 50 with its data
 #     compared.
+#  5. perftest's UD multicast (-g: an interface-local group), server and
+#     client in one namespace on the veth's link-local GID.
 #
 # Usage: netns.sh BUILD_DIR. Needs root and `ip netns`; exits 77 (skip)
 # otherwise. Traffic only ever goes to the addresses created here.
@@ -240,6 +242,54 @@ elif [[ -e $BUILD/lib/librdmacm.so.1 ]]; then
 		echo "[FAIL] rping across namespaces (client $cli_rc, server $srv_rc, $n pings)"
 		fail=1
 	fi
+fi
+
+# ---- 5. perftest's multicast (-g), both ends in one namespace ----------
+# perftest's default MGID is ff01:0:0:2:c985:: (interface-local scope): the
+# group is joined on, and sent to through, the source GID's interface. The
+# GIDs must be IPv6 (perftest compares their kinds): the veth's link-local
+# address, once duplicate address detection lets it be used.
+if command -v ib_send_bw >/dev/null 2>&1; then
+	for _ in $(seq 1 50); do
+		ip -n "$NS1" -6 addr show dev "$VA" scope link | grep -q 'fe80' &&
+		! ip -n "$NS1" -6 addr show dev "$VA" | grep -q tentative && break
+		sleep 0.1
+	done
+	gx=$(ip netns exec "$NS1" "$SOFTRNIC" run -- ibv_devinfo -v 2>/dev/null |
+	     sed -n 's/^[[:space:]]*GID\[ *\([0-9]*\)\]:[[:space:]]*fe80:.*/\1/p' | head -1)
+	if [[ -z $gx ]]; then
+		echo "[FAIL] perftest multicast: no link-local GID on $VA in $NS1"
+		fail=1
+	fi
+	for t in "ib_send_bw -c UD -g" "ib_send_lat -c UD -g"; do
+		[[ -n $gx ]] || break
+		port=$((PORT_PP + 2))
+		echo "=== $t -x $gx: server and client in $NS1"
+		# shellcheck disable=SC2086
+		ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
+			$t -d softrnic0 -x $gx -p $port -n 200 >"$TMP/mc_srv" 2>&1 &
+		PIDS+=($!)
+		srv=$!
+		for _ in $(seq 1 50); do
+			ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$port " && break
+			sleep 0.1
+		done
+		# shellcheck disable=SC2086
+		ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
+			$t -d softrnic0 -x $gx -p $port -n 200 $A1 >"$TMP/mc_cli" 2>&1
+		cli_rc=$?
+		wait $srv
+		srv_rc=$?
+		if [[ $cli_rc -eq 0 && $srv_rc -eq 0 ]] && grep -q 'Multicast Test' "$TMP/mc_cli" &&
+		   grep -qE '^ *[0-9]+ +200 +[0-9.]+' "$TMP/mc_cli"; then
+			echo "[PASS] $t: $(grep -E '^ *[0-9]+ +200 ' "$TMP/mc_cli" | head -1 | tr -s ' ')"
+		else
+			sed 's/^/  server: /' "$TMP/mc_srv"
+			sed 's/^/  client: /' "$TMP/mc_cli"
+			echo "[FAIL] $t (client $cli_rc, server $srv_rc)"
+			fail=1
+		fi
+	done
 fi
 
 exit $fail
