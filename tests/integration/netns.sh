@@ -255,7 +255,7 @@ if command -v ib_send_bw >/dev/null 2>&1; then
 		! ip -n "$NS1" -6 addr show dev "$VA" | grep -q tentative && break
 		sleep 0.1
 	done
-	gx=$(ip netns exec "$NS1" "$SOFTRNIC" run -- ibv_devinfo -v 2>/dev/null |
+	gx=$(ip netns exec "$NS1" "${PRE[@]}" "$SOFTRNIC" run -- ibv_devinfo -v 2>/dev/null |
 	     sed -n 's/^[[:space:]]*GID\[ *\([0-9]*\)\]:[[:space:]]*fe80:.*/\1/p' | head -1)
 	if [[ -z $gx ]]; then
 		echo "[FAIL] perftest multicast: no link-local GID on $VA in $NS1"
