@@ -282,11 +282,21 @@ static void wake(int efd)
 	(void)n;	/* EAGAIN: the counter is full, a wakeup is pending */
 }
 
-/* Dekker with the other side's "sleep, then look again": each side
- * stores its own index or flag, fences, then reads the other's. */
-static void wake_if(_Atomic uint32_t *flag, int efd)
+/* The writer's half of rx_sleep, after a record is written: Dekker with
+ * the reader's "sleep, then look again" (shm_recv), each side storing its
+ * own index or flag, fencing, then reading the other's. Except while the
+ * reader says a program thread polls the ring (rx_polled): then no fence
+ * (one per post cost 64-byte ib_send_bw ~4% of its message rate), and the
+ * look may see rx_sleep clear while the record is not yet visible to a
+ * reader just going to sleep. The reader, once its polling stops, looks
+ * at the ring once more SHM_SLEEP_GRACE_NS later (shm_polled_locked):
+ * such a record waits at most that long; no wakeup is lost. */
+static void wake_if(struct shm_ring_ctl *ctl, int efd)
 {
-	atomic_thread_fence(memory_order_seq_cst);
+	_Atomic uint32_t *flag = &ctl->rx_sleep;
+
+	if (!atomic_load_explicit(&ctl->rx_polled, memory_order_relaxed))
+		atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(flag, memory_order_relaxed) &&
 	    atomic_exchange_explicit(flag, 0, memory_order_relaxed))
 		wake(efd);
@@ -390,7 +400,7 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 		k = shm_ring_write(&l->tx, iov, kinds, n, &l->io, notes, &nn);
 		note_pulls(l, notes, nn, msns);
 		if (k > 0) {
-			wake_if(&l->tx.ctl->rx_sleep, l->efd_peer);
+			wake_if(l->tx.ctl, l->efd_peer);
 			return k;
 		}
 		if (k == -EFAULT) {
@@ -430,8 +440,47 @@ ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size
 	}
 	if (k < 0)
 		return head_broken(tc);
-	wake_if(&l->tx.ctl->rx_sleep, l->efd_peer);
+	wake_if(l->tx.ctl, l->efd_peer);
 	return k;
+}
+
+void shm_polled_locked(struct tcp_chan *tc, bool polled)
+{
+	atomic_store_explicit(&tc->shm->rx.ctl->rx_polled, polled, memory_order_relaxed);
+	if (!polled)
+		atomic_store_explicit(&tc->shm_grace_due, true, memory_order_relaxed);
+}
+
+/* The first sleep on the ring since its polling stopped: look again
+ * SHM_SLEEP_GRACE_NS later (wake_if). rx_lock held, not tc->lock. */
+static void grace_arm(struct tcp_chan *tc)
+{
+	pthread_mutex_lock(&tc->lock);
+	if (atomic_exchange_explicit(&tc->shm_grace_due, false, memory_order_relaxed) &&
+	    tc->state == TS_UP && !tc->closed) {
+		tc->shm_grace_at = progress_now_ns() + SHM_SLEEP_GRACE_NS;
+		progress_timer_arm_by(tc->tctx->pg, &tc->timer, SHM_SLEEP_GRACE_NS);
+	}
+	pthread_mutex_unlock(&tc->lock);
+}
+
+void shm_grace_check_locked(struct tcp_chan *tc, uint64_t now)
+{
+	uint64_t mark;
+
+	if (!tc->shm_grace_at)
+		return;
+	if (now < tc->shm_grace_at) {
+		/* (the timer fired for another use first) */
+		progress_timer_arm_by(tc->tctx->pg, &tc->timer, tc->shm_grace_at - now);
+		return;
+	}
+	tc->shm_grace_at = 0;
+	mark = atomic_load_explicit(&tc->rx_mark, memory_order_acquire);
+	if (tc->shm_rx && ((mark & 1) || !shm_rx_idle_at(tc, mark))) {
+		chan_stat_inc(&chan_stats.shm_graced);
+		shm_self_wake(tc);
+	}
 }
 
 ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
@@ -471,6 +520,8 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 		/* A busy poller does not sleep: only a receive pass of the
 		 * progress thread asks for a wakeup. */
 		if (slept || tc->rx_poller || tc->rx_nosleep) {
+			if (slept && atomic_load_explicit(&tc->shm_grace_due, memory_order_relaxed))
+				grace_arm(tc);
 			errno = EAGAIN;
 			return -1;
 		}
@@ -601,7 +652,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		return;
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
-		"shm_direct %llu shm_kicks %llu\n",
+		"shm_direct %llu shm_kicks %llu shm_graced %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -609,5 +660,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.shm_refused),
 		(unsigned long long)us, (unsigned long long)ur,
 		(unsigned long long)atomic_load(&chan_stats.shm_direct),
-		(unsigned long long)atomic_load(&chan_stats.shm_kicks));
+		(unsigned long long)atomic_load(&chan_stats.shm_kicks),
+		(unsigned long long)atomic_load(&chan_stats.shm_graced));
 }

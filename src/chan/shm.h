@@ -46,6 +46,7 @@ struct chan_stats {
 	_Atomic uint64_t ud_sent;	/* UD datagrams handed to UDP sockets */
 	_Atomic uint64_t ud_received;	/* ... received for a UD QP (delivered or held) */
 	_Atomic uint64_t shm_kicks;	/* peers kicked (shm_tx_watch) */
+	_Atomic uint64_t shm_graced;	/* records the look after sleep found */
 };
 extern struct chan_stats chan_stats;
 
@@ -113,6 +114,18 @@ uint64_t shm_rx_mark(const struct tcp_chan *tc);
 bool shm_rx_idle_at(const struct tcp_chan *tc, uint64_t mark);
 /* Wake our own progress thread (it then runs a receive pass). */
 void shm_self_wake(struct tcp_chan *tc);
+/* A program thread starts or stops polling the ring we read (poll_owned):
+ * tell the writer (rx_polled), which then writes without a fence (shm.c,
+ * wake_if); once stopped, the next sleep on the ring looks at it once
+ * more SHM_SLEEP_GRACE_NS later, for a record of such a write that the
+ * sleep missed. tc->lock held, shm_rx. */
+void shm_polled_locked(struct tcp_chan *tc, bool polled);
+/* A store leaves the writer's store buffer within a microsecond at worst:
+ * this bounds the delay of the rare record that raced with the sleep. */
+#define SHM_SLEEP_GRACE_NS	(50ULL * 1000)
+/* The stream's timer fired (tcp_on_timer): time for that look? Then wake
+ * our own progress thread if the ring holds something. tc->lock held. */
+void shm_grace_check_locked(struct tcp_chan *tc, uint64_t now);
 /* What we wrote may wait this long unread before the peer's progress
  * thread is kicked to read it (shm_tx_watch): its program thread, which
  * polled a moment ago and so was left the ring, may now be waiting by

@@ -85,7 +85,12 @@ struct shm_ring_ctl {
 	 * where it had left the ring to a polling program thread (which may
 	 * be waiting by watching memory, not by polling). */
 	_Atomic uint32_t kick;
-	uint8_t pad2[52];
+	/* The consumer's program thread polls (reads) the ring, and the
+	 * progress thread does not sleep on it: the producer may look at
+	 * rx_sleep without a fence first (shm.c, wake_if). 0 from a consumer
+	 * that never sets it: then it always fences. */
+	_Atomic uint32_t rx_polled;
+	uint8_t pad2[48];
 };
 
 /* Where a piece's bytes are in a memfd of the producer's. */

@@ -71,8 +71,25 @@ void want(struct tcp_chan *tc, uint32_t events)
  * left in the progress thread. Caller holds tc->lock. */
 void tcp_timer_arm_locked(struct tcp_chan *tc, uint64_t delay_ns)
 {
+	if (tc->shm_grace_at) {
+		/* (the look after sleep, shm.c, comes no later for this) */
+		uint64_t now = progress_now_ns();
+
+		delay_ns = sr_min(delay_ns, tc->shm_grace_at > now ? tc->shm_grace_at - now : 0);
+	}
 	if (tc->state != TS_DEAD)
 		progress_timer_arm(tc->tctx->pg, &tc->timer, delay_ns);
+}
+
+/* The program's poller owns the stream (or no longer): on shm the ring's
+ * writer hears of it (shm_polled_locked). */
+static void poll_own_locked(struct tcp_chan *tc, bool own)
+{
+	if (tc->poll_owned == own)
+		return;
+	tc->poll_owned = own;
+	if (tc->shm_rx)
+		shm_polled_locked(tc, own);
 }
 
 bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
@@ -519,7 +536,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 			bool paused = tc->rx_paused;
 
 			atomic_store_explicit(&tc->shm_eof, true, memory_order_release);
-			tc->poll_owned = false;
+			poll_own_locked(tc, false);
 			want(tc, tc->events & EPOLLOUT);
 			pthread_mutex_unlock(&tc->lock);
 			if (paused)
@@ -536,7 +553,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 			 * completions and receives itself: stop competing with
 			 * it (wakeups, locks) until it stops. (Not once the QP
 			 * is going: it has no poller any more.) */
-			tc->poll_owned = true;
+			poll_own_locked(tc, true);
 			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 			tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 			pthread_mutex_unlock(&tc->lock);
@@ -552,7 +569,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 				return;
 			}
 			/* a poller owned it: take it back and read to the end */
-			tc->poll_owned = false;
+			poll_own_locked(tc, false);
 			want(tc, tc->events | rx_events(tc));
 		}
 		pthread_mutex_unlock(&tc->lock);
@@ -590,7 +607,7 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 	if (tc->shm_rx && !tc->poll_owned && poller_active(tc)) {
 		/* a program thread polls this QP's CQ: leave the ring to it
 		 * (it asks for no wakeups) until it stops */
-		tc->poll_owned = true;
+		poll_own_locked(tc, true);
 		tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 	}
 	/* (kicked: the peer saw what it wrote wait unread while we had left
@@ -614,7 +631,7 @@ static void poll_check_locked(struct tcp_chan *tc)
 	if (poller_active(tc)) {
 		tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 	} else {
-		tc->poll_owned = false;
+		poll_own_locked(tc, false);
 		want(tc, tc->events | rx_events(tc));
 		if (tc->shm_rx)
 			shm_self_wake(tc);	/* a pass that asks for wakeups */
@@ -637,6 +654,7 @@ static void tcp_on_timer(struct sr_timer *t)
 		if (tc->poll_owned && !tc->closed)
 			poll_check_locked(tc);
 		tcp_hold_timer_locked(tc);
+		shm_grace_check_locked(tc, progress_now_ns());
 	} else if (tc->state != TS_DEAD) {
 		tcp_setup_timer_locked(tc);		/* tcp_setup.c; unlocks */
 		return;

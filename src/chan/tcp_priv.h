@@ -262,6 +262,12 @@ struct tcp_chan {
 	 * is posted right after connecting goes into the ring; answers and
 	 * the control messages do not wait (tcp_flush_locked). tc->lock. */
 	uint64_t shm_hold_until;
+	/* Our ring's polling stopped (shm_polled_locked): the next sleep on
+	 * it arms a look at the ring at shm_grace_at (CLOCK_MONOTONIC ns; 0:
+	 * none due), for a record the writer's unfenced look at rx_sleep
+	 * overtook (shm.c, wake_if). shm_grace_at: tc->lock. */
+	_Atomic bool shm_grace_due;
+	uint64_t shm_grace_at;
 	_Atomic bool shm_eof;		/* the socket ended: drain, then end */
 	struct sr_pollable epl;		/* our eventfd */
 };

@@ -305,17 +305,22 @@ void progress_del(struct sr_progress *pg, struct sr_pollable *p)
 	pthread_mutex_unlock(&pg->lock);
 }
 
-void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns)
+static void timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns, bool sooner)
 {
 	struct sr_list *pos;
+	uint64_t deadline = progress_now_ns() + delay_ns;
 	bool first;
 
 	if (foreign(pg))
 		return;
 	pthread_mutex_lock(&pg->lock);
+	if (t->armed && sooner && t->deadline_ns <= deadline) {
+		pthread_mutex_unlock(&pg->lock);
+		return;
+	}
 	if (t->armed)
 		sr_list_del(&t->link);
-	t->deadline_ns = progress_now_ns() + delay_ns;
+	t->deadline_ns = deadline;
 	t->armed = true;
 	for (pos = pg->timers.next; pos != &pg->timers; pos = pos->next)
 		if (container_of(pos, struct sr_timer, link)->deadline_ns > t->deadline_ns)
@@ -329,6 +334,16 @@ void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t del
 	pthread_mutex_unlock(&pg->lock);
 	if (first && !progress_in_thread(pg))
 		progress_wake(pg);
+}
+
+void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns)
+{
+	timer_arm(pg, t, delay_ns, false);
+}
+
+void progress_timer_arm_by(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns)
+{
+	timer_arm(pg, t, delay_ns, true);
 }
 
 /* Take t off the schedule; with wait, also wait out a fire() of t that

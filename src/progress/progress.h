@@ -39,6 +39,9 @@ int progress_mod(struct sr_progress *pg, struct sr_pollable *p, uint32_t events)
 /* After del returns, the handler of p is not running and will not run. */
 void progress_del(struct sr_progress *pg, struct sr_pollable *p);
 void progress_timer_arm(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns);
+/* The same, unless t is armed to fire sooner already (a timer of several
+ * uses: none is put off by another). */
+void progress_timer_arm_by(struct sr_progress *pg, struct sr_timer *t, uint64_t delay_ns);
 /* After cancel returns, t's fire() is not running and will not run. */
 void progress_timer_cancel(struct sr_progress *pg, struct sr_timer *t);
 /* Take t off the schedule, without waiting for a fire() already running:

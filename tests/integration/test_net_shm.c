@@ -58,10 +58,22 @@
  *   then B, idle, uses under 100 ms of CPU time in 500 ms (the progress
  *   thread went back to sleep). read_spin_tcp: the same over TCP
  *   (SOFTRNIC_SHM=0), where the progress thread watches the socket.
- * See net_common.h for the two-process harness. */
+ * - lost_wake: A polls for B's SENDs (its program thread takes the ring
+ *   over, and says so: rx_polled, so B writes without a fence), then calls
+ *   no verb and watches its memory for B's WRITEs (only its progress
+ *   thread can place them). Once A's polling has stopped and its progress
+ *   thread sleeps on the ring, B clears rx_sleep in the shared memory,
+ *   WRITEs and sets it again, so its post wakes nobody, as when B's
+ *   unfenced look at rx_sleep overtook its record (src/chan/shm.c,
+ *   wake_if). B does not poll meanwhile (no kick). A's first sleep after
+ *   its polling stopped looks at the ring again SHM_SLEEP_GRACE_NS later:
+ *   every WRITE lands, byte for byte, within 2 s, and A's stats line
+ *   counts the records that look found (shm_graced).
+ */
 #include "net_common.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -996,6 +1008,165 @@ static void sub_read_spin_tcp(void)
 	unsetenv("SOFTRNIC_SHM");
 }
 
+/* ---- lost_wake: a record whose wakeup the writer did not send ---------- */
+
+/* struct shm_hdr (src/chan/shm_priv.h): two struct shm_ring_ctl
+ * (src/chan/shm_ring.h) of 192 bytes from byte 64; in each, tail at 0,
+ * rx_sleep at 128 and rx_polled at 140. */
+#define CTL_AT(i)	(64 + (size_t)(i) * 192)
+#define LOST_ROUNDS	30
+#define LOST_LEN	32
+#define LOST_SLOTS	4
+#define LOST_AT		(64 * KIB)	/* where B's WRITEs land in A */
+enum { T_ARMED = 0x600, T_WATCH = 0x700, T_SENT = 0x800 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static _Atomic uint64_t *ctl_tail(uint8_t *base, int i)
+{
+	return (_Atomic uint64_t *)(void *)(base + CTL_AT(i));
+}
+
+static _Atomic uint32_t *ctl_u32(uint8_t *base, int i, size_t off)
+{
+	return (_Atomic uint32_t *)(void *)(base + CTL_AT(i) + off);
+}
+
+#define RX_SLEEP	128
+#define RX_POLLED	140
+
+/* Each round A polls for B's SENDs (its program thread takes the ring
+ * over: rx_polled), then calls no verb and watches its memory for B's
+ * WRITEs, which only its progress thread can place. */
+static void lost_a(struct net_end *n)
+{
+	uint32_t seq = 0;
+
+	ping(n, 1);
+	memset(n->b.p + LOST_AT, 0, LOST_SLOTS * KIB);
+	for (int i = 0; i < LOST_ROUNDS; i++) {
+		struct ibv_wc wc;
+		int count;
+
+		for (int k = 0; k < 8; k++)
+			post_recv1(n->qp, 40, n->b.p + 8 * KIB, 64, n->b.mr->lkey);
+		net_put(n, T_ARMED + i);
+		for (int k = 0; k < 8; k++)
+			expect_wc(n->rcq, &wc, 40, IBV_WC_SUCCESS, IBV_WC_RECV, "RECV");
+		net_put(n, T_WATCH + i);
+		count = (int)(net_get(n) - T_SENT);
+		CHECK(count == 1 || count == 2, "round %d: B wrote %d", i, count);
+		for (int k = 0; k < count; k++, seq++) {
+			volatile uint8_t *at = n->b.p + LOST_AT + (seq % LOST_SLOTS) * KIB;
+			uint8_t want[LOST_LEN];
+			uint64_t deadline = now_ms() + 2000;
+
+			fill_pattern(want, LOST_LEN, seq + 1000);
+			while (memcmp((const void *)at, want, LOST_LEN) && now_ms() < deadline)
+				usleep(20);
+			check_bytes((const uint8_t *)at, want, LOST_LEN,
+				    "WRITE posted without a wakeup (not placed within 2 s?)");
+		}
+	}
+	net_put(n, T_DONE);
+}
+
+static void lost_post(struct net_end *n, enum ibv_wr_opcode op, uint64_t id, uint32_t seq)
+{
+	uint8_t *src = n->b.p + 16 * KIB + (seq % LOST_SLOTS) * KIB;
+
+	fill_pattern(src, LOST_LEN, seq + 1000);
+	CHECK(post_send1(n->qp, op, id, src, LOST_LEN, n->b.mr->lkey, IBV_SEND_SIGNALED,
+			 n->peer.addr + LOST_AT + (seq % LOST_SLOTS) * KIB, n->peer.rkey, 0) == 0,
+	      "post %s", op == IBV_WR_SEND ? "SEND" : "WRITE");
+}
+
+/* Once A's polling has stopped (rx_polled clear again) and its progress
+ * thread is asleep on the ring (rx_sleep set), B clears rx_sleep, WRITEs
+ * and sets it back: as if B, believing A still polled, had looked at
+ * rx_sleep without a fence before A's store was visible. A's reader made
+ * its last look before that record was written: only its look
+ * SHM_SLEEP_GRACE_NS after that sleep finds it. If B was descheduled
+ * between seeing rx_sleep set and its post (that look may have come
+ * already), a second WRITE wakes A as usual. A round in which A's polling
+ * did not take the ring over writes once, as usual. B polls its CQ only
+ * once A has all: a poll of B's could kick A. */
+static void lost_b(struct net_end *n)
+{
+	uint8_t *base = NULL;
+	uint32_t seq = 0, posted = 0;
+	int rx = -1;
+
+	ping(n, 1);
+	CHECK(shm_mapping(&base), "B: shm not mapped");
+	for (int i = 0; i < LOST_ROUNDS; i++) {
+		uint64_t t0[2], deadline, seen;
+		uint32_t one = 1;
+		int count = 1;
+		bool polled;
+
+		net_expect(n, T_ARMED + i, "A's receives posted");
+		for (uint32_t k = 0; k < posted; k++) {
+			struct ibv_wc wc;
+
+			CHECK(poll_one(n->scq, &wc, DEADLINE_MS) && wc.status == IBV_WC_SUCCESS,
+			      "round %d: B's request %u: %s", i, k, ibv_wc_status_str(wc.status));
+		}
+		for (int k = 0; k < 2; k++)
+			t0[k] = atomic_load(ctl_tail(base, k));
+		for (int k = 0; k < 8; k++)
+			lost_post(n, IBV_WR_SEND, 1, 0);
+		posted = 8;
+		for (int k = 0; rx < 0 && k < 2; k++)
+			if ((uint64_t)atomic_load(ctl_tail(base, k)) != t0[k])
+				rx = k;	/* A's ring: the one our SENDs moved */
+		CHECK(rx >= 0, "B's SENDs moved no ring's tail");
+		net_expect(n, T_WATCH + i, "A polled, now watching");
+		polled = atomic_load(ctl_u32(base, rx, RX_POLLED)) == 1;
+		deadline = now_ms() + 2000;
+		while (polled && (atomic_load(ctl_u32(base, rx, RX_POLLED)) ||
+				  atomic_load(ctl_u32(base, rx, RX_SLEEP)) != 1) &&
+		       now_ms() < deadline)
+			;
+		seen = now_ns();
+		if (polled) {
+			CHECK(atomic_compare_exchange_strong(ctl_u32(base, rx, RX_SLEEP), &one, 0),
+			      "round %d: A's polling never stopped, or its reader never slept", i);
+			lost_post(n, IBV_WR_RDMA_WRITE, 2, seq++);
+			atomic_store(ctl_u32(base, rx, RX_SLEEP), 1);
+			posted++;
+		}
+		if (!polled || now_ns() - seen > 20 * 1000) {
+			lost_post(n, IBV_WR_RDMA_WRITE, 2, seq++);
+			count = polled ? 2 : 1;
+			posted++;
+		}
+		net_put(n, T_SENT + count);
+	}
+	net_expect(n, T_DONE, "A done");
+}
+
+static void sub_lost_wake(void)
+{
+	struct net_opts o = shm_opts();
+	long long graced;
+	char path[64];
+	int st;
+
+	st = pair_with_stats(&o, lost_a, lost_b, false, path);
+	graced = stats_sum(path, "shm_graced");
+	NOTE("found by the look after sleep: %lld in %d rounds", graced, LOST_ROUNDS);
+	stats_done(path, !WIFEXITED(st) || WEXITSTATUS(st) || graced < 1);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pair failed (status %#x)", st);
+	CHECK(graced >= 1, "no round's WRITE waited for the look after sleep");
+}
+
 static void sub_corrupt(void)
 {
 	struct net_opts o = shm_opts();
@@ -1021,6 +1192,7 @@ int main(int argc, char **argv)
 		{ "watcher", sub_watcher },
 		{ "read_spin", sub_read_spin },
 		{ "read_spin_tcp", sub_read_spin_tcp },
+		{ "lost_wake", sub_lost_wake },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));

@@ -1,5 +1,5 @@
 /* Unit tests for the progress engine's timers (src/progress/progress.c):
- * arm, cancel, and disarm, which must not wait for a fire() that waits for
+ * arm, arm unless sooner, cancel, and disarm, which must not wait for a fire() that waits for
  * the caller (tcp_up_locked holds the stream lock its timer takes). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -63,6 +63,27 @@ static void fires_once(void **state)
 	progress_destroy(pg);
 }
 
+/* progress_timer_arm_by: never puts off a sooner deadline, brings a later
+ * one forward (a timer of several uses: tcp_chan's). */
+static void arm_by_keeps_the_sooner_deadline(void **state)
+{
+	struct sr_progress *pg = progress_create();
+	struct tmr x = { .t.fire = tmr_fire }, y = { .t.fire = tmr_fire };
+
+	(void)state;
+	assert_non_null(pg);
+	progress_timer_arm(pg, &x.t, 5000000);		/* 5 ms */
+	progress_timer_arm_by(pg, &x.t, 10000000000ULL);	/* not 10 s */
+	assert_true(wait_for(&x.fired, 1, 2000));
+	progress_timer_arm(pg, &y.t, 10000000000ULL);	/* 10 s ... */
+	progress_timer_arm_by(pg, &y.t, 5000000);	/* ... now 5 ms */
+	assert_true(wait_for(&y.fired, 1, 2000));
+	sleep_ms(20);
+	assert_int_equal(atomic_load(&x.fired), 1);
+	assert_int_equal(atomic_load(&y.fired), 1);
+	progress_destroy(pg);
+}
+
 static void cancel_and_disarm_stop_an_armed_timer(void **state)
 {
 	struct sr_progress *pg = progress_create();
@@ -112,6 +133,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(fires_once),
+		cmocka_unit_test(arm_by_keeps_the_sooner_deadline),
 		cmocka_unit_test(cancel_and_disarm_stop_an_armed_timer),
 		cmocka_unit_test(disarm_does_not_wait_for_a_running_fire),
 	};
