@@ -47,6 +47,8 @@ struct chan_stats {
 	_Atomic uint64_t ud_received;	/* ... received for a UD QP (delivered or held) */
 	_Atomic uint64_t shm_kicks;	/* peers kicked (shm_tx_watch) */
 	_Atomic uint64_t shm_graced;	/* records the look after sleep found */
+	_Atomic uint64_t tcp_poll_late;	/* TCP input a polling program left
+					 * unread until the poll check */
 };
 extern struct chan_stats chan_stats;
 

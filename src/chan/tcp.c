@@ -38,14 +38,6 @@ static const char *const tcp_state_name[] = {
 static void tcp_on_event(struct sr_pollable *p, uint32_t events);
 static void tcp_on_timer(struct sr_timer *t);
 
-/* Has a program thread received on this stream lately (DESIGN.md 5)? */
-static bool poller_active(struct tcp_chan *tc)
-{
-	uint64_t last = atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed);
-
-	return last && progress_now_ns() - last < POLL_WINDOW_NS;
-}
-
 /* ---- small helpers --------------------------------------------------- */
 
 void set_state(struct tcp_chan *tc, enum tcp_state s)
@@ -83,7 +75,7 @@ void tcp_timer_arm_locked(struct tcp_chan *tc, uint64_t delay_ns)
 
 /* The program's poller owns the stream (or no longer): on shm the ring's
  * writer hears of it (shm_polled_locked). */
-static void poll_own_locked(struct tcp_chan *tc, bool own)
+void poll_own_locked(struct tcp_chan *tc, bool own)
 {
 	if (tc->poll_owned == own)
 		return;
@@ -553,10 +545,18 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 			 * completions and receives itself: stop competing with
 			 * it (wakeups, locks) until it stops. (Not once the QP
 			 * is going: it has no poller any more.) */
+			bool take = !tc->shm_rx;
+
 			poll_own_locked(tc, true);
 			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 			tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 			pthread_mutex_unlock(&tc->lock);
+			/* TCP: what woke us is read now all the same (the
+			 * program may wait for it by watching its memory, not
+			 * by polling: ib_write_lat); the ACK owed may wait for
+			 * its reply (kicked_defer) */
+			if (take)
+				tcp_rx(tc);
 			return;
 		}
 		if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !(tc->events & EPOLLIN)) {
@@ -631,6 +631,11 @@ static void poll_check_locked(struct tcp_chan *tc)
 	if (poller_active(tc)) {
 		tcp_timer_arm_locked(tc, POLL_CHECK_NS);
 	} else {
+		int n = 0;
+
+		/* (TCP: input the program left unread this long, counted) */
+		if (!tc->shm_rx && ioctl(tc->pl.fd, FIONREAD, &n) == 0 && n > 0)
+			chan_stat_inc(&chan_stats.tcp_poll_late);
 		poll_own_locked(tc, false);
 		want(tc, tc->events | rx_events(tc));
 		if (tc->shm_rx)
@@ -653,6 +658,8 @@ static void tcp_on_timer(struct sr_timer *t)
 		}
 		if (tc->poll_owned && !tc->closed)
 			poll_check_locked(tc);
+		else if (tc->ack_pending && !tc->closed)
+			tcp_flush_locked(tc);	/* (kicked_defer's) */
 		tcp_hold_timer_locked(tc);
 		shm_grace_check_locked(tc, progress_now_ns());
 	} else if (tc->state != TS_DEAD) {

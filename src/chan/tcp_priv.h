@@ -296,6 +296,9 @@ bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 	       size_t elem, const void *v);
 void set_state(struct tcp_chan *tc, enum tcp_state s);
 void want(struct tcp_chan *tc, uint32_t events);
+/* The program's poller owns the stream (or no longer); on shm the ring's
+ * writer hears of it. tc->lock held. */
+void poll_own_locked(struct tcp_chan *tc, bool own);
 /* The only way to arm tc->timer: not once the stream is DEAD (tcp_shut).
  * Caller holds tc->lock. */
 void tcp_timer_arm_locked(struct tcp_chan *tc, uint64_t delay_ns);
@@ -313,6 +316,13 @@ static inline uint32_t rx_events(const struct tcp_chan *tc)
 	/* (once the peer writes to the ring, the socket only says when it
 	 * ends) */
 	return tc->rx_paused || tc->poll_owned || tc->shm_rx ? EPOLLRDHUP : EPOLLIN;
+}
+/* Has a program thread received on this stream lately (DESIGN.md 5)? */
+static inline bool poller_active(const struct tcp_chan *tc)
+{
+	uint64_t last = atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed);
+
+	return last && progress_now_ns() - last < POLL_WINDOW_NS;
 }
 /* The eventfd of a stream on shm (tcp.c): data or room in a ring. */
 void tcp_shm_event(struct sr_pollable *p, uint32_t events);

@@ -652,13 +652,27 @@ static bool kicked_defer(struct tcp_chan *tc, bool owed_before)
 	bool defer;
 
 	pthread_mutex_lock(&tc->lock);
-	defer = tc->rx_kicked && tc->poll_owned && !owed_before && tc->state == TS_UP &&
+	defer = ((tc->rx_kicked && tc->poll_owned) || (!tc->shm_rx && poller_active(tc))) &&
+		!owed_before && tc->state == TS_UP &&
 		!tc->closed && tc->ack_pending && only_ack_owed(tc);
 	tc->rx_kicked = false;
 	if (defer)
 		tcp_timer_arm_locked(tc, SHM_KICK_ACK_NS);
 	pthread_mutex_unlock(&tc->lock);
 	return defer;
+}
+
+/* TCP: a lone ACK completed all the QP awaited. Its program will not
+ * poll for what comes next, a reply the peer sends later (it may watch
+ * its memory for a WRITE): the progress thread watches the socket again.
+ * (An ACK with the reply leaves the stream to the poller: ib_write_lat's
+ * turns.) tc->lock held. */
+static void acked_idle_locked(struct tcp_chan *tc)
+{
+	if (tc->poll_owned && tc->state == TS_UP && !tc->closed) {
+		poll_own_locked(tc, false);
+		want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
+	}
 }
 
 /* poller: a program thread polling an empty CQ. It returns as soon as a
@@ -802,6 +816,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		}
 		if (got)
 			qp_rx_many(qp, out.m, out.n, out.ack ? &out.ack_msn : NULL);
+		if (got && !poller && !out.n && !tc->shm_rx && qp_awaits_nothing(qp)) {
+			pthread_mutex_lock(&tc->lock);
+			acked_idle_locked(tc);
+			pthread_mutex_unlock(&tc->lock);
+		}
 		if (tc->rx_ans_new && !(poller && got && !eof && !perr)) {
 			/* (a poller's pass does it below, with its other look) */
 			pthread_mutex_lock(&tc->lock);
@@ -822,11 +841,18 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			return "protocol error";
 		}
 		if (poller && got && !eof) {
-			bool defer;
+			/* (TCP: a lone ACK that completed all the QP awaited) */
+			bool defer, idle = !tc->shm_rx && !out.n && qp_awaits_nothing(qp);
 
 			pthread_mutex_lock(&tc->lock);
 			ans_apply_locked(tc);
-			defer = tc->poll_owned && !owed_before && only_ack_owed(tc);
+			if (idle)
+				acked_idle_locked(tc);
+			/* (TCP: also on a stream not left to pollers yet, with
+			 * the stream's timer to send it; no poll check would) */
+			defer = (tc->poll_owned || !tc->shm_rx) && !owed_before && only_ack_owed(tc);
+			if (defer && !tc->poll_owned && tc->ack_pending)
+				tcp_timer_arm_locked(tc, SHM_KICK_ACK_NS);
 			if (!defer && tc->state == TS_UP && !tc->closed)
 				tcp_flush_locked(tc);
 			pthread_mutex_unlock(&tc->lock);

@@ -257,6 +257,10 @@ void qp_rx_pending_clear_locked(struct sr_qp *qp);
  * (back-pressure, so no peer can make us buffer without bound). */
 #define SR_RX_BACKLOG (64U << 20)
 bool qp_rx_congested(struct sr_qp *qp);
+/* Can no completion come to this QP now: every send WQE completed, no
+ * receive posted (nor an SRQ, nor XRC)? A hint, read without the QP
+ * lock. */
+bool qp_awaits_nothing(struct sr_qp *qp);
 
 /* Direct placement for channels that receive into application memory.
  * qp_place_write: where a WRITE segment of len bytes at (stag, to) goes,

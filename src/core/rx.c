@@ -740,6 +740,16 @@ bool qp_rx_congested(struct sr_qp *qp)
 	return __atomic_load_n(&qp->rx_pending_bytes, __ATOMIC_RELAXED) > SR_RX_BACKLOG;
 }
 
+bool qp_awaits_nothing(struct sr_qp *qp)
+{
+	/* (a stale value misjudges one pass: the next looks again) */
+	return !qp->srq && !qp->xdom &&
+	       __atomic_load_n(&qp->sq_head, __ATOMIC_RELAXED) ==
+		       __atomic_load_n(&qp->sq_tail, __ATOMIC_RELAXED) &&
+	       __atomic_load_n(&qp->rq.head, __ATOMIC_RELAXED) ==
+		       __atomic_load_n(&qp->rq.tail, __ATOMIC_RELAXED);
+}
+
 /* Process parked requests in order until one must wait again. */
 static void rx_drain_pending_locked(struct sr_qp *qp)
 {
