@@ -544,6 +544,7 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 	if (next == IBV_QPS_RESET) {
 		unlink = qp->chan != NULL;
 		qp_reset_locked(qp);
+		qp->comm_est = false;
 	}
 	qp_store_attr(qp, a, mask);
 	if (next != cur) {

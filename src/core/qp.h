@@ -82,6 +82,9 @@ struct sr_qp {
 	/* SQD entered with en_sqd_async_notify: IBV_EVENT_SQ_DRAINED is
 	 * owed once every WQE begun before has completed (qp_sqd_check) */
 	bool sqd_notify;
+	/* IBV_EVENT_COMM_EST raised: a request came in while in RTR (once
+	 * per connection; cleared by RESET) */
+	bool comm_est;
 	_Atomic uint32_t sq_reaped;	/* slots before it are free again */
 	uint8_t *inl_buf;		/* sq_size * cap.max_inline_data */
 	struct sr_lkey_span lspan;	/* gather's last lkey (sq.c; qp->lock) */

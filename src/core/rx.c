@@ -822,6 +822,13 @@ static bool qp_rx_locked(struct sr_qp *qp, struct sr_msg *m)
 	/* Requests need a receive side: RTR and later, not ERROR. */
 	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE)
 		goto out;
+	/* IBTA 11.6.3: the first request of a connection found the QP in
+	 * RTR (its program has not moved it to RTS yet): communication is
+	 * established, an affiliated asynchronous event of the QP. */
+	if (qp->state == IBV_QPS_RTR && !qp->comm_est && !qp->xdom) {
+		qp->comm_est = true;
+		ctx_async_event(qp->ctx, qp, IBV_EVENT_COMM_EST);
+	}
 	if (!sr_list_empty(&qp->rx_pending) || rx_request(qp, m) == RX_PARK) {
 		/* UC has no RNR: a message with no receive WQE is dropped
 		 * (IBTA 9.7.5.2.4 for UC). */

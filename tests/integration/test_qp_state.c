@@ -411,6 +411,62 @@ static void sqd_drained(void)
 	exit(0);
 }
 
+/* IBV_EVENT_COMM_EST: a's first request comes while a is still in RTR; b,
+ * in RTS by then, and a once in RTS, raise none; a connection after RESET
+ * raises it again. */
+static void comm_est(void)
+{
+	struct tctx t;
+	struct pair p;
+	struct pair_opts o = pair_opts_default();
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+	struct buf b;
+	struct ibv_wc wc;
+
+	tctx_open(&t);
+	pair_create(&t, &p, &o);
+	buf_alloc(&t, &b, 4096, ACC_ALL);
+	for (int round = 0; round < 2; round++) {
+		modify_expect(p.a.qp, &a, IBV_QP_STATE, 0, IBV_QPS_RESET, "a->RESET");
+		modify_expect(p.b.qp, &a, IBV_QP_STATE, 0, IBV_QPS_RESET, "b->RESET");
+		/* (pair_create's connection raised its own: drained here) */
+		while (wait_async_event(t.ctx, p.a.qp, IBV_EVENT_COMM_EST, 50))
+			;
+		qp_to_init(p.a.qp, o.access);
+		qp_to_init(p.b.qp, o.access);
+		qp_to_rtr(&t, p.a.qp, p.b.qp->qp_num, o.mtu, o.psn_b, 1);
+		qp_to_rtr(&t, p.b.qp, p.a.qp->qp_num, o.mtu, o.psn_a, 1);
+		qp_to_rts(p.b.qp, o.psn_b, 1);
+		fill_pattern(b.p, 64, (uint32_t)round);
+		post_recv1(p.a.qp, 1, b.p + 1024, 64, b.mr->lkey);
+		CHECK(post_send1(p.b.qp, IBV_WR_SEND, 2, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0,
+				 0, 0) == 0, "post SEND to a QP in RTR");
+		expect_wc(p.a.rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "receive in RTR");
+		check_bytes(b.p + 1024, b.p, 64, "SEND received in RTR");
+		expect_wc(p.b.scq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND to a QP in RTR");
+		CHECK(wait_async_event(t.ctx, p.a.qp, IBV_EVENT_COMM_EST, DEADLINE_MS),
+		      "round %d: no IBV_EVENT_COMM_EST for the QP in RTR", round);
+		qp_to_rts(p.a.qp, o.psn_a, 1);
+		post_recv1(p.a.qp, 3, b.p + 1024, 64, b.mr->lkey);
+		post_recv1(p.b.qp, 4, b.p + 2048, 64, b.mr->lkey);
+		CHECK(post_send1(p.b.qp, IBV_WR_SEND, 5, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0,
+				 0, 0) == 0 &&
+		      post_send1(p.a.qp, IBV_WR_SEND, 6, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0,
+				 0, 0) == 0, "post SENDs both ways in RTS");
+		expect_wc(p.a.rcq, &wc, 3, IBV_WC_SUCCESS, IBV_WC_RECV, "receive in RTS");
+		expect_wc(p.b.rcq, &wc, 4, IBV_WC_SUCCESS, IBV_WC_RECV, "receive in RTS");
+		expect_wc(p.b.scq, &wc, 5, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+		expect_wc(p.a.scq, &wc, 6, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+		CHECK(!wait_async_event(t.ctx, p.a.qp, IBV_EVENT_COMM_EST, 100),
+		      "a second IBV_EVENT_COMM_EST for one connection");
+		CHECK(!wait_async_event(t.ctx, p.b.qp, IBV_EVENT_COMM_EST, 100),
+		      "IBV_EVENT_COMM_EST for a QP in RTS");
+	}
+	buf_free(&b);
+	pair_destroy(&p);
+	tctx_close(&t);
+}
+
 static void query_returns_values(void)
 {
 	struct qs q;
@@ -527,7 +583,7 @@ static const struct subtest tests[] = {
 	SUBTEST(invalid_transitions),  SUBTEST(init_to_rtr),
 	SUBTEST(rtr_to_rts),	       SUBTEST(err_and_reset_from_any),
 	SUBTEST(sqd),		       SUBTEST(query_returns_values),
-	SUBTEST(sqd_drained),
+	SUBTEST(sqd_drained),	       SUBTEST(comm_est),
 	SUBTEST(reconnect_after_reset),
 };
 
