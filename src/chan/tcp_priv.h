@@ -36,7 +36,7 @@
 #define FIN_GRACE_NS	(20ULL * 1000000ULL)
 /* How long an shm offerer holds its requests for the peer's ACCEPT or
  * REFUSE (shm.c): they then go into the ring, not on TCP. */
-#define SHM_HOLD_NS	(20ULL * 1000000ULL)
+#define SHM_HOLD_NS	(100ULL * 1000000ULL)
 
 enum tcp_state {
 	TS_DIALING,		/* connect() in progress */
