@@ -506,6 +506,14 @@ static enum rx_result rx_atomic_write(struct sr_qp *qp, struct sr_msg *m)
 
 static enum rx_result rx_request_one(struct sr_qp *qp, struct sr_msg *m)
 {
+	/* No responder resources (max_dest_rd_atomic 0): the QP takes no
+	 * READ or atomic request. An invalid request, as rxe and hardware
+	 * NAK it. (The CM gives its QPs one at least, cm_qp.c.) */
+	if ((m->op == SR_MSG_READ_REQ || m->op == SR_MSG_ATOMIC_REQ) &&
+	    !qp->attr.max_dest_rd_atomic) {
+		rx_fail(qp, m, SR_ST_REM_INV_REQ, IBV_EVENT_QP_REQ_ERR);
+		return RX_DONE;
+	}
 	switch (m->op) {
 	case SR_MSG_SEND: return rx_send(qp, m);
 	case SR_MSG_WRITE: return rx_write(qp, m);

@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -512,6 +513,69 @@ static void responder_access_event(void)
 	exit(0);
 }
 
+/* A responder without responder resources (max_dest_rd_atomic 0) takes
+ * no READ or atomic: the requester gets REM_INV_REQ_ERR, its buffer and
+ * the target are untouched, the responder gets IBV_EVENT_QP_REQ_ERR, and
+ * both QPs go to ERROR. Once connected with one, the same READ works. */
+static void no_responder_resources(void)
+{
+	struct env e;
+	struct pair_opts o = pair_opts_default();
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	struct ibv_wc wc;
+	bool atomics;
+
+	env_open(&e, ACC_ALL);
+	atomics = e.t.dattr.atomic_cap != IBV_ATOMIC_NONE;
+	for (int op = 0; op < (atomics ? 2 : 1); op++) {
+		for (int rd = 0; rd < 2; rd++) {
+			uint64_t *target = (uint64_t *)e.sb.p;
+
+			CHECK(ibv_modify_qp(e.p.a.qp, &reset, IBV_QP_STATE) == 0 &&
+			      ibv_modify_qp(e.p.b.qp, &reset, IBV_QP_STATE) == 0, "RESET");
+			qp_to_init(e.p.a.qp, o.access);
+			qp_to_init(e.p.b.qp, o.access);
+			qp_to_rtr(&e.t, e.p.a.qp, e.p.b.qp->qp_num, o.mtu, o.psn_b, 1);
+			qp_to_rtr(&e.t, e.p.b.qp, e.p.a.qp->qp_num, o.mtu, o.psn_a, (uint8_t)rd);
+			qp_to_rts(e.p.a.qp, o.psn_a, 1);
+			qp_to_rts(e.p.b.qp, o.psn_b, 1);
+			fill_pattern(e.sb.p, 64, 9);
+			memset(e.sa.p, 0xee, 64);
+			if (op == 0)
+				CHECK(post_send1(e.p.a.qp, IBV_WR_RDMA_READ, 3, e.sa.p, 64,
+						 e.sa.mr->lkey, IBV_SEND_SIGNALED, (uintptr_t)e.sb.p,
+						 e.sb.mr->rkey, 0) == 0, "post READ");
+			else
+				CHECK(post_atomic(e.p.a.qp, IBV_WR_ATOMIC_FETCH_AND_ADD, 3,
+						  (uint64_t *)e.sa.p, e.sa.mr->lkey, (uintptr_t)target,
+						  e.sb.mr->rkey, 1, 0) == 0, "post FETCH_AND_ADD");
+			if (rd) {
+				uint8_t want[64];
+
+				expect_wc(e.p.a.scq, &wc, 3, IBV_WC_SUCCESS, -1,
+					  "with a responder resource");
+				fill_pattern(want, 64, 9);
+				if (op == 0)
+					check_bytes(e.sa.p, want, 64, "READ");
+				continue;
+			}
+			expect_wc(e.p.a.scq, &wc, 3, IBV_WC_REM_INV_REQ_ERR, -1,
+				  "without responder resources");
+			check_filled(e.sa.p, 0xee, op == 0 ? 64 : 8, "local buffer after the refusal");
+			if (op == 1) {
+				uint8_t want[64];
+
+				fill_pattern(want, 64, 9);
+				check_bytes(e.sb.p, want, 64, "atomic target after the refusal");
+			}
+			CHECK(wait_async_event(e.t.ctx, e.p.b.qp, IBV_EVENT_QP_REQ_ERR, DEADLINE_MS),
+			      "no IBV_EVENT_QP_REQ_ERR for the responder");
+			both_in_err(&e);
+		}
+	}
+	exit(0);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(bad_lkey),	    SUBTEST(local_out_of_range),
 	SUBTEST(bad_rkey),	    SUBTEST(out_of_bounds),
@@ -520,7 +584,7 @@ static const struct subtest tests[] = {
 	SUBTEST(recv_too_small),    SUBTEST(post_wrong_state),
 	SUBTEST(munmapped_target),  SUBTEST(munmapped_source),
 	SUBTEST(post_beyond_caps),  SUBTEST(responder_access_event),
-	SUBTEST(refused_flags),
+	SUBTEST(refused_flags),	    SUBTEST(no_responder_resources),
 };
 
 int main(int argc, char **argv)
