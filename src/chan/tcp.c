@@ -84,6 +84,18 @@ void poll_own_locked(struct tcp_chan *tc, bool own)
 		shm_polled_locked(tc, own);
 }
 
+/* (tcp_rx.c: a lone ACK completed all the QP awaited, so its program will
+ * not poll for the reply the peer sends later, and may watch its memory
+ * for it; an ACK that comes with the reply leaves the stream to the
+ * poller: ib_write_lat's turns. Or a WRITE is half in.) */
+void poll_release_locked(struct tcp_chan *tc)
+{
+	if (tc->poll_owned && tc->state == TS_UP && !tc->closed) {
+		poll_own_locked(tc, false);
+		want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
+	}
+}
+
 bool fifo_push(uint32_t **buf, uint32_t *head, uint32_t *tail, uint32_t *size,
 		      size_t elem, const void *v)
 {

@@ -281,3 +281,25 @@ int direct_step(struct tcp_chan *tc, struct rx_out *out)
 		direct_finish(tc, out);
 	return 1;
 }
+
+/* Is a WRITE partly placed (the rest to come)? rx_lock held. */
+bool rx_write_under_way(const struct tcp_chan *tc)
+{
+	return (tc->dr.active && !tc->dr.send_seg && tc->dr.msg && tc->dr.msg->op == SR_MSG_WRITE) ||
+	       (tc->as_active && tc->as_op == SR_MSG_WRITE);
+}
+
+/* Is more input here now: staged bytes, a placement under way, or (on
+ * shm) a record in the ring? (On TCP a read takes all the socket has.)
+ * rx_lock held. */
+bool rx_more_now(struct tcp_chan *tc)
+{
+	uint64_t mark;
+
+	if (tc->rlen || tc->dr.active || tc->sd.active)
+		return true;
+	if (!tc->shm_rx)
+		return false;
+	mark = shm_rx_mark(tc);
+	return (mark & 1) || !shm_rx_idle_at(tc, mark);
+}

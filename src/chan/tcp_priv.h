@@ -299,6 +299,15 @@ void want(struct tcp_chan *tc, uint32_t events);
 /* The program's poller owns the stream (or no longer); on shm the ring's
  * writer hears of it. tc->lock held. */
 void poll_own_locked(struct tcp_chan *tc, bool own);
+/* TCP: nobody will poll for what comes next on this stream (a lone ACK
+ * completed all its QP awaited, or a WRITE is half in): the progress
+ * thread watches the socket again. tc->lock held. */
+void poll_release_locked(struct tcp_chan *tc);
+/* Is a WRITE partly placed, the rest to come? rx_lock held (tcp_direct.c). */
+bool rx_write_under_way(const struct tcp_chan *tc);
+/* Is more input here now (staged, a placement under way, a record in the
+ * ring)? rx_lock held (tcp_direct.c). */
+bool rx_more_now(struct tcp_chan *tc);
 /* The only way to arm tc->timer: not once the stream is DEAD (tcp_shut).
  * Caller holds tc->lock. */
 void tcp_timer_arm_locked(struct tcp_chan *tc, uint64_t delay_ns);
