@@ -663,8 +663,10 @@ static bool kicked_defer(struct tcp_chan *tc, bool owed_before)
 }
 
 /* How many more rounds a poller's pass runs, after one that delivered,
- * while more input is here already (rx_more_now). */
+ * while more input is here already (rx_more_now); while a WRITE is under
+ * way, up to POLL_MORE_WRITE (an FPDU or more a round: 64 MiB or more). */
 #define POLL_MORE_ROUNDS	8
+#define POLL_MORE_WRITE		1024
 
 /* poller: a program thread polling an empty CQ. It returns as soon as a
  * read delivered something (the program wants its completion), and on a
@@ -692,7 +694,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		struct sr_qp *qp;
 		ssize_t n = 0;
 		int perr = 0, derr = 0;
-		bool eof = false, progress = false, got, small_next = false, quiet;
+		bool eof = false, progress = false, got, small_next = false, quiet, wmore;
 		size_t rwant;
 
 		out.n = 0;
@@ -807,11 +809,13 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			}
 		}
 		quiet = true;	/* (ACKs and one-sided requests only) */
+		wmore = false;	/* (a WRITE's segment, more to come) */
 		for (int i = 0; i < out.n && poller; i++) {
 			uint8_t op = out.m[i]->op;
 
 			quiet &= op == SR_MSG_WRITE || op == SR_MSG_READ_REQ ||
 				 op == SR_MSG_ATOMIC_REQ || op == SR_MSG_ATOMIC_WRITE;
+			wmore = op == SR_MSG_WRITE && (out.m[i]->flags & SR_MSGF_MORE);
 		}
 		if (got)
 			qp_rx_many(qp, out.m, out.n, out.ack ? &out.ack_msn : NULL);
@@ -839,15 +843,19 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			}
 			return "protocol error";
 		}
-		if (poller && got && !eof && quiet && rx_more_now(tc) && ++more <= POLL_MORE_ROUNDS) {
+		if (poller && got && !eof && quiet && rx_more_now(tc) &&
+		    (++more <= POLL_MORE_ROUNDS ||
+		     ((wmore || rx_write_under_way(tc)) && more <= POLL_MORE_WRITE))) {
 			/* This round brought ACKs or one-sided requests only,
 			 * and more is here already: take it in before
 			 * returning. The peer's WRITE often follows the ACK
 			 * the program polls for, and the program then watches
 			 * its memory for that WRITE, not polling (ib_write_lat
 			 * beyond 256 bytes: on shm every message waited for a
-			 * kick, 50-70 us). A round of SENDs or READ responses
-			 * returns at once: the program has its completions. */
+			 * kick, 50-70 us), and the rest of a WRITE the
+			 * program waits for is taken in whole (512 KiB: ten
+			 * FPDUs). A round of SENDs or READ responses returns at
+			 * once: the program has its completions. */
 			continue;
 		}
 		if (poller && got && !eof) {
@@ -880,9 +888,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		if (eof)
 			return shm_broken(tc) ? shm_broken(tc) : "peer closed the stream";
 		if (!progress) {
-			if (poller && !tc->shm_rx && rx_write_under_way(tc)) {
+			if (!tc->shm_rx && rx_write_under_way(tc)) {
 				/* TCP: the rest of a WRITE is still to come, and its
-				 * program may not poll for it (it may watch memory) */
+				 * program may not poll for it (it may watch memory):
+				 * not left to a poller (nor by the progress thread's
+				 * read that handed the stream to one) */
 				pthread_mutex_lock(&tc->lock);
 				poll_release_locked(tc);
 				pthread_mutex_unlock(&tc->lock);

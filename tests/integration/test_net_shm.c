@@ -66,7 +66,8 @@
  *   unread until the poll check (tcp_poll_late; about one in 90 was).
  *   Run alone (INTEG_ALONE=1; ctest integration/test_net_shm_alone).
  * - watcher_big: ib_write_lat's loop on shm with WRITEs of 4 and 64 KiB
- *   (300 rounds each; they go the usual way, not as small records): each
+ *   (300 rounds each) and 1 MiB (60; they go the usual way, not as small
+ *   records; 1 MiB is 17 FPDUs, mapped): each
  *   lands (compared byte for byte), and at most one in four needs a kick
  *   (a poller takes in the WRITE behind the ACK it polled for; two a round
  *   before). Run alone.
@@ -1105,12 +1106,13 @@ static void sub_watcher_tcp(void)
 
 /* ---- watcher_big: ib_write_lat's loop on shm, WRITEs of 4 and 64 KiB ---- */
 
-#define WBIG_AT		(128 * KIB)	/* where the peer's WRITEs land: */
-#define WBIG_SLOT	(64 * KIB)	/* ... two slots, by round parity */
-#define WBIG_SRC	(320 * KIB)	/* what we WRITE from */
-#define WBIG_ROUNDS	300		/* of each size */
+#define WBIG_AT		(1 * MIB)	/* where the peer's WRITEs land: */
+#define WBIG_SLOT	(1 * MIB)	/* ... two slots, by round parity */
+#define WBIG_SRC	(3 * MIB)	/* what we WRITE from */
 
-static const size_t wbig_len[] = { 4 * KIB, 64 * KIB };
+static const size_t wbig_len[] = { 4 * KIB, 64 * KIB, 1 * MIB };
+static const int wbig_rounds[] = { 300, 300, 60 };
+#define WBIG_ALL	660		/* rounds in all */
 
 /* Round r of len bytes: a pattern (seeded by len), and r in the last 8
  * (what the watcher watches, as ib_write_lat watches the last byte). The
@@ -1146,7 +1148,7 @@ static void wbig_watch(struct net_end *n, size_t len, uint64_t r)
  * unread and needs kicks: under ASan the whole compare took long enough). */
 static void wbig_check(struct net_end *n, size_t len, uint64_t r)
 {
-	static uint8_t want[64 * KIB];
+	static uint8_t want[1 * MIB];
 	static size_t want_len;
 	const uint8_t *at = n->b.p + WBIG_AT + (r & 1) * WBIG_SLOT;
 
@@ -1169,7 +1171,7 @@ static void wbig_a(struct net_end *n)
 	ping_at(n, 1, 64 * KIB);
 	for (size_t s = 0; s < ARRAY_SIZE(wbig_len); s++) {
 		fill_pattern(n->b.p + WBIG_SRC, wbig_len[s] - 8, (uint32_t)wbig_len[s]);
-		for (int i = 0; i < WBIG_ROUNDS; i++) {
+		for (int i = 0; i < wbig_rounds[s]; i++) {
 			wbig_watch(n, wbig_len[s], ++r);
 			wbig_write(n, wbig_len[s], r);
 			wbig_check(n, wbig_len[s], r);
@@ -1187,7 +1189,7 @@ static void wbig_b(struct net_end *n)
 	ping_at(n, 1, 64 * KIB);
 	for (size_t s = 0; s < ARRAY_SIZE(wbig_len); s++) {
 		fill_pattern(n->b.p + WBIG_SRC, wbig_len[s] - 8, (uint32_t)wbig_len[s]);
-		for (int i = 0; i < WBIG_ROUNDS; i++) {
+		for (int i = 0; i < wbig_rounds[s]; i++) {
 			wbig_write(n, wbig_len[s], ++r);
 			wbig_watch(n, wbig_len[s], r);
 			if (i)
@@ -1208,17 +1210,16 @@ static void sub_watcher_big(void)
 
 	if (!getenv("INTEG_ALONE"))
 		SKIP("counts: runs alone, as ctest's integration/test_net_shm_alone");
-	o.buf_len = 512 * KIB;
+	o.buf_len = 4 * MIB;
 	st = pair_with_stats(&o, wbig_a, wbig_b, false, path);
 	kicks = stats_sum(path, "shm_kicks");
-	NOTE("kicks: %lld in %d rounds", kicks, 2 * WBIG_ROUNDS);
-	stats_done(path, !WIFEXITED(st) || WEXITSTATUS(st) || kicks < 0 || kicks > 2 * WBIG_ROUNDS / 4);
+	NOTE("kicks: %lld in %d rounds", kicks, WBIG_ALL);
+	stats_done(path, !WIFEXITED(st) || WEXITSTATUS(st) || kicks < 0 || kicks > WBIG_ALL / 4);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pair failed (status %#x)", st);
 	/* (a poller that returned with the ACK it polled for left the WRITE
 	 * behind it in the ring: two kicks a round, 1180 in 600, 50-70 us
 	 * each; now 18-37 here, 69 under ASan in CI) */
-	CHECK(kicks >= 0 && kicks <= 2 * WBIG_ROUNDS / 4, "%lld kicks in %d rounds", kicks,
-	      2 * WBIG_ROUNDS);
+	CHECK(kicks >= 0 && kicks <= WBIG_ALL / 4, "%lld kicks in %d rounds", kicks, WBIG_ALL);
 }
 
 /* ---- lost_wake: a record whose wakeup the writer did not send ---------- */
