@@ -157,37 +157,45 @@ for pp in ibv_rc_pingpong ibv_ud_pingpong; do
 	fi
 done
 
+# pt_pair CLIENT_NS PORT MUST_SAY PROG ARGS...: unmodified perftest, the
+# server in $NS1 and the client in CLIENT_NS (-> $A1), 200 iterations;
+# true if both exit 0 and the client printed its result row (and MUST_SAY,
+# if not empty). Sets cli_rc and srv_rc; shows both outputs otherwise.
+pt_pair() {
+	local cns=$1 port=$2 say=$3 srv
+	shift 3
+	ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
+		"$@" -p "$port" -n 200 >"$TMP/pt_srv" 2>&1 &
+	PIDS+=($!)
+	srv=$!
+	for _ in $(seq 1 50); do
+		ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$port " && break
+		sleep 0.1
+	done
+	ip netns exec "$cns" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
+		"$@" -p "$port" -n 200 "$A1" >"$TMP/pt_cli" 2>&1
+	cli_rc=$?
+	wait $srv
+	srv_rc=$?
+	if [[ $cli_rc -eq 0 && $srv_rc -eq 0 ]] && grep -qE '^ *[0-9]+ +200 +[0-9.]+' "$TMP/pt_cli" &&
+	   { [[ -z $say ]] || grep -q "$say" "$TMP/pt_cli"; }; then
+		return 0
+	fi
+	sed 's/^/  server: /' "$TMP/pt_srv"
+	sed 's/^/  client: /' "$TMP/pt_cli"
+	return 1
+}
+
 # ---- 3. unmodified perftest ---------------------------------------------
 if ! command -v ib_write_bw >/dev/null 2>&1; then
 	echo "SKIP: perftest not installed (part 3)"
 else
 	for t in ib_write_bw ib_read_bw ib_send_lat "ib_send_bw -c UD" "ib_send_lat -c UD"; do
-		port=$((PORT_PP + 1))
 		echo "=== $t -d softrnic0 -x 0: server in $NS1, client in $NS2 -> $A1"
 		# shellcheck disable=SC2086 # $t is a program and its options
-		ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
-			$t -d softrnic0 -x 0 -p $port -n 200 >"$TMP/pt_srv" 2>&1 &
-		PIDS+=($!)
-		srv=$!
-		for _ in $(seq 1 50); do
-			ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$port " && break
-			sleep 0.1
-		done
-		# shellcheck disable=SC2086
-		ip netns exec "$NS2" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
-			$t -d softrnic0 -x 0 -p $port -n 200 $A1 >"$TMP/pt_cli" 2>&1
-		cli_rc=$?
-		wait $srv
-		srv_rc=$?
-		if [[ $cli_rc -eq 0 && $srv_rc -eq 0 ]] &&
-		   grep -qE '^ *[0-9]+ +200 +[0-9.]+' "$TMP/pt_cli"; then
-			echo "[PASS] $t across namespaces: $(grep -E '^ *[0-9]+ +200 ' "$TMP/pt_cli" | head -1 | tr -s ' ')"
-		else
-			sed 's/^/  server: /' "$TMP/pt_srv"
-			sed 's/^/  client: /' "$TMP/pt_cli"
-			echo "[FAIL] $t across namespaces (client $cli_rc, server $srv_rc)"
-			fail=1
-		fi
+		pt_pair "$NS2" $((PORT_PP + 1)) "" $t -d softrnic0 -x 0 ||
+			{ echo "[FAIL] $t across namespaces (client $cli_rc, server $srv_rc)"; fail=1; continue; }
+		echo "[PASS] $t across namespaces: $(grep -E '^ *[0-9]+ +200 ' "$TMP/pt_cli" | head -1 | tr -s ' ')"
 	done
 fi
 
@@ -263,32 +271,11 @@ if command -v ib_send_bw >/dev/null 2>&1; then
 	fi
 	for t in "ib_send_bw -c UD -g" "ib_send_lat -c UD -g"; do
 		[[ -n $gx ]] || break
-		port=$((PORT_PP + 2))
 		echo "=== $t -x $gx: server and client in $NS1"
 		# shellcheck disable=SC2086
-		ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
-			$t -d softrnic0 -x $gx -p $port -n 200 >"$TMP/mc_srv" 2>&1 &
-		PIDS+=($!)
-		srv=$!
-		for _ in $(seq 1 50); do
-			ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$port " && break
-			sleep 0.1
-		done
-		# shellcheck disable=SC2086
-		ip netns exec "$NS1" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
-			$t -d softrnic0 -x $gx -p $port -n 200 $A1 >"$TMP/mc_cli" 2>&1
-		cli_rc=$?
-		wait $srv
-		srv_rc=$?
-		if [[ $cli_rc -eq 0 && $srv_rc -eq 0 ]] && grep -q 'Multicast Test' "$TMP/mc_cli" &&
-		   grep -qE '^ *[0-9]+ +200 +[0-9.]+' "$TMP/mc_cli"; then
-			echo "[PASS] $t: $(grep -E '^ *[0-9]+ +200 ' "$TMP/mc_cli" | head -1 | tr -s ' ')"
-		else
-			sed 's/^/  server: /' "$TMP/mc_srv"
-			sed 's/^/  client: /' "$TMP/mc_cli"
-			echo "[FAIL] $t (client $cli_rc, server $srv_rc)"
-			fail=1
-		fi
+		pt_pair "$NS1" $((PORT_PP + 2)) "Multicast Test" $t -d softrnic0 -x $gx ||
+			{ echo "[FAIL] $t (client $cli_rc, server $srv_rc)"; fail=1; continue; }
+		echo "[PASS] $t: $(grep -E '^ *[0-9]+ +200 ' "$TMP/pt_cli" | head -1 | tr -s ' ')"
 	done
 fi
 
