@@ -116,6 +116,15 @@ if ldd "$BUILD/lib/libibverbs.so.1" 2>/dev/null | grep -q libasan; then
 	     ASAN_OPTIONS=detect_leaks=0)
 fi
 
+# listening PORT: wait, up to 5 s, for a TCP listener on PORT in $NS1.
+listening() {
+	for _ in $(seq 1 50); do
+		ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$1 " && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # ---- 2. unmodified ibv_rc_pingpong and ibv_ud_pingpong -----------------
 for pp in ibv_rc_pingpong ibv_ud_pingpong; do
 	if ! command -v $pp >/dev/null 2>&1; then
@@ -128,13 +137,7 @@ for pp in ibv_rc_pingpong ibv_ud_pingpong; do
 	PIDS+=($!)
 	srv=$!
 	cli_rc=1
-	for _ in $(seq 1 50); do
-		# the server must be listening before the client connects
-		if ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$PORT_PP "; then
-			break
-		fi
-		sleep 0.1
-	done
+	listening $PORT_PP	# (before the client connects)
 	ip netns exec "$NS2" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
 		$pp -g 0 -p $PORT_PP $A1 >"$TMP/pp_cli" 2>&1
 	cli_rc=$?
@@ -168,10 +171,7 @@ pt_pair() {
 		"$@" -p "$port" -n 200 >"$TMP/pt_srv" 2>&1 &
 	PIDS+=($!)
 	srv=$!
-	for _ in $(seq 1 50); do
-		ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$port " && break
-		sleep 0.1
-	done
+	listening "$port"
 	ip netns exec "$cns" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
 		"$@" -p "$port" -n 200 "$A1" >"$TMP/pt_cli" 2>&1
 	cli_rc=$?
@@ -232,10 +232,7 @@ elif [[ -e $BUILD/lib/librdmacm.so.1 ]]; then
 		rping -s -a $A1 -p $PORT_RPING -v -V -C 50 >"$TMP/rp_srv" 2>&1 &
 	PIDS+=($!)
 	srv=$!
-	for _ in $(seq 1 50); do
-		ip netns exec "$NS1" ss -ltn 2>/dev/null | grep -q ":$PORT_RPING " && break
-		sleep 0.1
-	done
+	listening $PORT_RPING
 	ip netns exec "$NS2" timeout 60 "${PRE[@]}" "$SOFTRNIC" run -- \
 		rping -c -a $A1 -p $PORT_RPING -v -V -C 50 >"$TMP/rp_cli" 2>&1
 	cli_rc=$?
