@@ -652,7 +652,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		return;
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
-		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu\n",
+		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -662,5 +662,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.shm_direct),
 		(unsigned long long)atomic_load(&chan_stats.shm_kicks),
 		(unsigned long long)atomic_load(&chan_stats.shm_graced),
-		(unsigned long long)atomic_load(&chan_stats.tcp_poll_late));
+		(unsigned long long)atomic_load(&chan_stats.tcp_poll_late),
+		(unsigned long long)atomic_load(&chan_stats.shm_left));
 }

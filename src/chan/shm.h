@@ -49,6 +49,8 @@ struct chan_stats {
 	_Atomic uint64_t shm_graced;	/* records the look after sleep found */
 	_Atomic uint64_t tcp_poll_late;	/* TCP input a polling program left
 					 * unread until the poll check */
+	_Atomic uint64_t shm_left;	/* progress thread passes that left a
+					 * busy ring to its program's poller */
 };
 extern struct chan_stats chan_stats;
 

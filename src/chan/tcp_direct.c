@@ -260,6 +260,7 @@ int direct_step(struct tcp_chan *tc, struct rx_out *out)
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 		d->remaining -= (size_t)n;
+		tc->rx_placed = true;
 		for (int i = 0; i < d->niov && !d->failed; i++) {
 			size_t take = sr_min(d->iov[i].iov_len, (size_t)n);
 

@@ -25,6 +25,11 @@
  * watching the socket for input and looks again every POLL_CHECK_NS. */
 #define POLL_WINDOW_NS	(500ULL * 1000ULL)
 #define POLL_CHECK_NS	(1000ULL * 1000ULL)
+/* A progress thread's receive pass that has run POLL_YIELD_ROUNDS rounds
+ * on a ring whose program thread polled within POLL_RECENT_NS leaves the
+ * ring to it (tcp_rx.c, leave_to_poller_locked). */
+#define POLL_RECENT_NS	(20ULL * 1000ULL * 1000ULL)
+#define POLL_YIELD_ROUNDS	16
 /* How long an MPA responder waits for the initiator to speak first. */
 #define TX_GATE_NS	(50ULL * 1000000ULL)
 /* How long an MPA initiator holds its first FPDU towards a plain iWARP
@@ -150,6 +155,11 @@ struct tcp_chan {
 	bool rx_kicked;
 	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
 	_Atomic unsigned int polls;	/* polls of it, for stamping 1 in 64 */
+	/* A pass placed payload bytes straight into their target (a
+	 * large SEND, WRITE or READ response: microseconds a pass): a
+	 * poller's pass then stamps rx_poll_ns itself, as 64 such polls
+	 * can outlast POLL_WINDOW_NS (rx_lock). */
+	bool rx_placed;
 	/* Nothing to write and nothing owed (no ACK pending, queue and slots
 	 * empty, no faults to report, not paused): set under tc->lock where
 	 * a flush found it so, cleared under it wherever work is queued. A
@@ -442,5 +452,8 @@ const char *tcp_rx_pass(struct tcp_chan *tc, bool nosleep, bool *onesided, bool 
  * new, nothing staged, nothing to write)? A lock-free look, safe while
  * the stream is listed; false when unsure. Stamps the poll (POLL_WINDOW). */
 bool tcp_poll_idle(struct tcp_chan *tc);
+/* The progress thread's receive pass, every POLL_YIELD_ROUNDS rounds:
+ * leave the ring to a program thread that polls (tcp_spin.c)? tc->lock. */
+bool leave_to_poller_locked(struct tcp_chan *tc);
 
 #endif

@@ -707,6 +707,11 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			pthread_mutex_unlock(&tc->lock);
 			return NULL;
 		}
+		if (!poller && rounds && rounds % POLL_YIELD_ROUNDS == 0 && leave_to_poller_locked(tc)) {
+			pthread_mutex_unlock(&tc->lock);
+			tcp_kick_now(tc);	/* (answers owed so far) */
+			return NULL;
+		}
 		qp = tc->qp;
 		pthread_mutex_unlock(&tc->lock);
 		/* Back-pressure: with too much parked at the QP, read no more
@@ -916,28 +921,6 @@ static void rx_mark_update(struct tcp_chan *tc)
 	atomic_store_explicit(&tc->rx_mark, mark, memory_order_release);
 }
 
-bool tcp_poll_idle(struct tcp_chan *tc)
-{
-	/* The clock is read on one poll in 64: a busy poller polls far more
-	 * often than POLL_WINDOW_NS, and a stale stamp only hands the stream
-	 * back to the progress thread sooner. */
-	unsigned int polls = atomic_load_explicit(&tc->polls, memory_order_relaxed);
-	uint64_t mark;
-
-	/* (a lost count between two pollers only moves the next stamp) */
-	atomic_store_explicit(&tc->polls, polls + 1, memory_order_relaxed);
-	mark = atomic_load_explicit(&tc->rx_mark, memory_order_acquire);
-	if ((polls & 63) == 0 || !atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed)) {
-		uint64_t now = progress_now_ns();
-
-		atomic_store_explicit(&tc->rx_poll_ns, now, memory_order_relaxed);
-		if (!(mark & 1))
-			shm_tx_watch(tc, now);	/* (an even mark: rings set up) */
-	}
-	return !(mark & 1) && atomic_load_explicit(&tc->tx_idle, memory_order_acquire) &&
-	       shm_rx_idle_at(tc, mark);
-}
-
 void tcp_rx(struct tcp_chan *tc)
 {
 	const char *why;
@@ -989,6 +972,12 @@ void tcp_rx_poll(struct tcp_chan *tc)
 		return;
 	why = tcp_rx_locked(tc, true);
 	rx_mark_update(tc);
+	if (tc->rx_placed) {
+		/* (a pass that placed payload takes microseconds: 64 such
+		 * polls can outlast POLL_WINDOW_NS, and the stamp with them) */
+		tc->rx_placed = false;
+		atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);
