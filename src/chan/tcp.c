@@ -807,12 +807,10 @@ out:
 
 /* A poll that found cq not empty: its program polls all the same. Its
  * streams are stamped as an empty poll stamps them (tcp_poll_idle), so
- * the progress thread leaves them to it. (Before, only empty polls
- * stamped: a progress thread that delivered fast enough kept the CQ from
- * ever running empty, kept receiving itself and was woken for every
- * batch: 64 KiB ib_send_bw on shm ran at 35-95 Gb/s, whichever way a run
- * began.) More streams than a CQ caches: the empty polls' look at the
- * list stamps them. */
+ * the progress thread leaves them to it (only empty polls stamped: a
+ * progress thread that delivered fast enough could keep the CQ from
+ * running empty, and keep the stream). More streams than a CQ caches:
+ * the empty polls' look at the list stamps them. */
 void chan_tcp_polled(struct sr_context *ctx, struct sr_cq *cq)
 {
 	struct sr_tcp_ctx *t = ctx->tcp;

@@ -27,7 +27,7 @@
 #define POLL_CHECK_NS	(1000ULL * 1000ULL)
 /* A progress thread's receive pass that has run POLL_YIELD_ROUNDS rounds
  * on a ring whose program thread polled within POLL_RECENT_NS leaves the
- * ring to it (tcp_rx.c, leave_to_poller_locked). */
+ * ring to it (tcp_spin.c, leave_to_poller_locked). */
 #define POLL_RECENT_NS	(20ULL * 1000ULL * 1000ULL)
 #define POLL_YIELD_ROUNDS	16
 /* How long an MPA responder waits for the initiator to speak first. */
