@@ -438,6 +438,15 @@ static void pair_count(const struct net_opts *o, net_side_fn fa, net_side_fn fb,
 	CHECK(v >= lo && v <= hi, "%s (%s): %lld, want %lld to %lld", what, field, v, lo, hi);
 }
 
+/* A subtest that counts what other tests' processes on the CPUs would
+ * raise by themselves (a program descheduled for long leaves input
+ * unread): it runs alone, as ctest's integration/test_net_shm_alone. */
+static void skip_unless_alone(void)
+{
+	if (!getenv("INTEG_ALONE"))
+		SKIP("counts: runs alone, as ctest's integration/test_net_shm_alone");
+}
+
 static struct net_opts shm_opts(void)
 {
 	struct net_opts o = net_opts_default();
@@ -1104,10 +1113,7 @@ static void sub_watcher_tcp(void)
 {
 	struct net_opts o = net_opts_default();
 
-	/* (a count another test's processes on the CPUs would raise: a
-	 * program descheduled for long leaves input unread by itself) */
-	if (!getenv("INTEG_ALONE"))
-		SKIP("counts: runs alone, as ctest's integration/test_net_shm_alone");
+	skip_unless_alone();
 	o.buf_len = 512 * KIB;
 	setenv("SOFTRNIC_SHM", "0", 1);
 	/* Left to the poller, about one message in 90 waited: 60-70 here;
@@ -1218,8 +1224,7 @@ static void sub_watcher_big(void)
 {
 	struct net_opts o = shm_opts();
 
-	if (!getenv("INTEG_ALONE"))
-		SKIP("counts: runs alone, as ctest's integration/test_net_shm_alone");
+	skip_unless_alone();
 	o.buf_len = 4 * MIB;
 	/* A poller that returned with the ACK it polled for left the WRITE
 	 * behind it in the ring: two kicks a round, 1180 in 600, 50-70 us
@@ -1275,8 +1280,7 @@ static void sub_leave(void)
 {
 	struct net_opts o = shm_opts();
 
-	if (!getenv("INTEG_ALONE"))
-		SKIP("counts: runs alone, as ctest's integration/test_net_shm_alone");
+	skip_unless_alone();
 	o.buf_len = LEAVE_LEN + 64 * KIB;
 	/* B's progress thread takes A's SENDs in (B's stamp is stale when it
 	 * wakes), and every 16 FPDUs leaves the ring to B's poller, which
