@@ -15,13 +15,14 @@
 #include <sys/types.h>
 
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	6	/* 2: mapped records (kind 3); 3: the
+#define SHM_VERSION	7	/* 2: mapped records (kind 3); 3: the
 				 * descriptor server (fdsrv); 4: records
 				 * published by their header word
 				 * (shm_ring.h); 5: small records (kind
 				 * 4, struct shm_small); 6: kicks
-				 * (shm_ring_ctl.kick). A peer of another
-				 * version refuses the offer */
+				 * (shm_ring_ctl.kick); 7: small records
+				 * of up to 1 KiB of payload. A peer of
+				 * another version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
 					 * pulled, so the rings hold headers

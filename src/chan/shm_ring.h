@@ -62,7 +62,7 @@
 /* A small record (kind 4): one message of the layer above, not stream
  * bytes (shm_ring_write_small, shm_ring_read_small). */
 #define SHM_REC_SMALL	4
-#define SHM_SMALL_MAX	512U
+#define SHM_SMALL_MAX	1088U
 /* the most stream bytes one record carries (one FPDU's payload fits) */
 #define SHM_REC_MAX	(64U * 1024U)
 

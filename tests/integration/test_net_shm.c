@@ -40,8 +40,8 @@
  *   queued before the receive completion could be seen, so it precedes
  *   the reply on the stream), as on IB; programs with one send slot
  *   (perftest -e) post their next SEND at once.
- * - small: SENDs (plain, inline, with immediate) and WRITEs of 0 to 1000
- *   bytes, posted one by one and as one list, mixed: those of 256 bytes
+ * - small: SENDs (plain, inline, with immediate) and WRITEs of 0 to 2000
+ *   bytes, posted one by one and as one list, mixed: those of 1 KiB
  *   or less go into the ring straight from the post (shm_direct in the
  *   stats lines), the others the usual way, and all arrive in order,
  *   byte for byte, each completion as it should be on both sides.
@@ -683,7 +683,11 @@ static void sub_early(void)
  * buffer at 64 KiB + i KiB. */
 #define SMALL_N		48
 #define SMALL_INLINE	64
-static const uint32_t small_len[10] = { 0, 1, 8, 63, 64, 200, 255, 256, 257, 1000 };
+#define SMALL_SLOT	(2 * KIB)	/* request i's bytes at i slots */
+#define SMALL_WRITES	(128 * KIB)	/* B's WRITE targets from here */
+#define SMALL_PING	(256 * KIB)
+#define SMALL_DIRECT	1024		/* chan.h's SR_SMALL_MAX */
+static const uint32_t small_len[10] = { 0, 1, 8, 63, 64, 256, 257, 1024, 1025, 2000 };
 
 static uint32_t small_size(int i) { return small_len[(i * 7) % 10]; }
 static bool small_write(int i) { return i % 4 == 2; }
@@ -692,7 +696,7 @@ static void small_wr(struct net_end *n, int i, struct ibv_send_wr *wr, struct ib
 {
 	uint32_t len = small_size(i);
 
-	*sge = (struct ibv_sge){ (uintptr_t)n->b.p + (size_t)i * KIB, len, n->b.mr->lkey };
+	*sge = (struct ibv_sge){ (uintptr_t)n->b.p + (size_t)i * SMALL_SLOT, len, n->b.mr->lkey };
 	*wr = (struct ibv_send_wr){
 		.wr_id = 100 + (uint64_t)i, .sg_list = sge, .num_sge = len ? 1 : 0,
 		.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
@@ -704,7 +708,7 @@ static void small_wr(struct net_end *n, int i, struct ibv_send_wr *wr, struct ib
 		break;
 	case 2:
 		wr->opcode = IBV_WR_RDMA_WRITE;
-		wr->wr.rdma.remote_addr = n->peer.addr + 64 * KIB + (uint64_t)i * KIB;
+		wr->wr.rdma.remote_addr = n->peer.addr + SMALL_WRITES + (uint64_t)i * SMALL_SLOT;
 		wr->wr.rdma.rkey = n->peer.rkey;
 		break;
 	case 3:
@@ -720,10 +724,10 @@ static void small_a(struct net_end *n)
 	struct ibv_sge sge[SMALL_N];
 	struct ibv_wc wc;
 
-	ping_at(n, 1, 128 * KIB);
-	ping_at(n, 2, 128 * KIB);
+	ping_at(n, 1, SMALL_PING);
+	ping_at(n, 2, SMALL_PING);
 	for (int i = 0; i < SMALL_N; i++) {
-		fill_pattern(n->b.p + (size_t)i * KIB, KIB, 300 + (uint32_t)i);
+		fill_pattern(n->b.p + (size_t)i * SMALL_SLOT, SMALL_SLOT, 300 + (uint32_t)i);
 		small_wr(n, i, &wr[i], &sge[i]);
 	}
 	net_expect(n, T_READY, "B's receives posted");
@@ -734,7 +738,7 @@ static void small_a(struct net_end *n)
 		wr[i].next = &wr[i + 1];
 	CHECK(ibv_post_send(n->qp, &wr[SMALL_N / 2], &bad) == 0, "post the list");
 	/* (inline data is read at the post: the source may change now) */
-	memset(n->b.p, 0xaa, SMALL_N * KIB);
+	memset(n->b.p, 0xaa, SMALL_N * SMALL_SLOT);
 	for (int i = 0; i < SMALL_N; i++)
 		expect_wc(n->scq, &wc, 100 + (uint64_t)i, IBV_WC_SUCCESS,
 			  small_write(i) ? IBV_WC_RDMA_WRITE : IBV_WC_SEND, "small request");
@@ -744,17 +748,17 @@ static void small_a(struct net_end *n)
 
 static void small_b(struct net_end *n)
 {
-	uint8_t *want = malloc(KIB);
+	uint8_t *want = malloc(SMALL_SLOT);
 	struct ibv_wc wc;
 
 	CHECK(want, "malloc");
-	ping_at(n, 1, 128 * KIB);
-	ping_at(n, 2, 128 * KIB);
-	memset(n->b.p, 0xee, 128 * KIB);
+	ping_at(n, 1, SMALL_PING);
+	ping_at(n, 2, SMALL_PING);
+	memset(n->b.p, 0xee, SMALL_PING);
 	for (int i = 0; i < SMALL_N; i++)
 		if (!small_write(i))
-			post_recv1(n->qp, 100 + (uint64_t)i, n->b.p + (size_t)i * KIB, KIB,
-				   n->b.mr->lkey);
+			post_recv1(n->qp, 100 + (uint64_t)i, n->b.p + (size_t)i * SMALL_SLOT,
+				   SMALL_SLOT, n->b.mr->lkey);
 	net_put(n, T_READY);
 	for (int i = 0; i < SMALL_N; i++) {
 		uint32_t len = small_size(i);
@@ -771,16 +775,17 @@ static void small_b(struct net_end *n)
 		else
 			CHECK(!(wc.wc_flags & IBV_WC_WITH_IMM), "RECV %d: immediate data", i);
 		fill_pattern(want, len, 300 + (uint32_t)i);
-		check_bytes(n->b.p + (size_t)i * KIB, want, len, "small SEND");
-		check_filled(n->b.p + (size_t)i * KIB + len, 0xee, KIB - len, "after a SEND");
+		check_bytes(n->b.p + (size_t)i * SMALL_SLOT, want, len, "small SEND");
+		check_filled(n->b.p + (size_t)i * SMALL_SLOT + len, 0xee, SMALL_SLOT - len,
+			     "after a SEND");
 	}
 	net_expect(n, T_DONE, "A's requests complete");
 	for (int i = 2; i < SMALL_N; i += 4) {
-		uint8_t *t = n->b.p + 64 * KIB + (size_t)i * KIB;
+		uint8_t *t = n->b.p + SMALL_WRITES + (size_t)i * SMALL_SLOT;
 
 		fill_pattern(want, small_size(i), 300 + (uint32_t)i);
 		check_bytes(t, want, small_size(i), "small WRITE");
-		check_filled(t + small_size(i), 0xee, KIB - small_size(i), "after a WRITE");
+		check_filled(t + small_size(i), 0xee, SMALL_SLOT - small_size(i), "after a WRITE");
 	}
 	free(want);
 	net_put(n, T_DONE + 1);
@@ -795,7 +800,7 @@ static void sub_small(void)
 
 	o.max_inline = SMALL_INLINE;
 	for (int i = 0; i < SMALL_N; i++)
-		eligible += small_size(i) <= 256;
+		eligible += small_size(i) <= SMALL_DIRECT;
 	st = pair_with_stats(&o, small_a, small_b, false, path);
 	direct = stats_sum(path, "shm_direct");
 	NOTE("requests written straight into the ring: %lld (%lld of A's %d could be)", direct,
