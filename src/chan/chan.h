@@ -102,9 +102,6 @@ void chan_tcp_ctx_close(struct sr_context *ctx);
  * streams of QPs that complete into it, in the caller's thread, so a busy
  * poller does not wait for the progress thread to wake (DESIGN.md 5). */
 void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq);
-/* A program polled cq and found completions (one such poll in 64): it
- * polls; the streams of cq's QPs are left to it as after an empty poll. */
-void chan_tcp_polled(struct sr_context *ctx, struct sr_cq *cq);
 /* A program armed cq for an event (it is about to sleep): the streams its
  * polling took over from the progress thread go back to it. */
 void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq);

@@ -782,35 +782,17 @@ static bool poll_refill(struct sr_tcp_ctx *t, struct sr_cq *cq, unsigned int gen
  * streams are cached in the CQ (with a reference each) while the
  * stream list's generation stays, so the poll of an idle stream takes
  * no lock and no reference. */
-/* Take cq's streams for a poll: false if another thread polls them, or
- * the stream list is busy (then nothing is held). On true the caller owns
- * cq->poll_streams (npoll < 0: too many to cache) until poll_put. */
-static bool poll_take(struct sr_tcp_ctx *t, struct sr_cq *cq)
+void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
 {
+	struct sr_tcp_ctx *t = ctx->tcp;
 	unsigned int gen;
 
 	if (!t || atomic_load_explicit(&cq->poll_busy, memory_order_relaxed) ||
 	    atomic_exchange_explicit(&cq->poll_busy, true, memory_order_acquire))
-		return false;
-	gen = atomic_load_explicit(&t->gen, memory_order_acquire);
-	if ((cq->npoll < 0 || cq->poll_gen != gen) && !poll_refill(t, cq, gen)) {
-		atomic_store_explicit(&cq->poll_busy, false, memory_order_release);
-		return false;
-	}
-	return true;
-}
-
-static void poll_put(struct sr_cq *cq)
-{
-	atomic_store_explicit(&cq->poll_busy, false, memory_order_release);
-}
-
-void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
-{
-	struct sr_tcp_ctx *t = ctx->tcp;
-
-	if (!poll_take(t, cq))
 		return;
+	gen = atomic_load_explicit(&t->gen, memory_order_acquire);
+	if ((cq->npoll < 0 || cq->poll_gen != gen) && !poll_refill(t, cq, gen))
+		goto out;
 	if (cq->npoll < 0)
 		poll_scan(t, cq);
 	for (int i = 0; i < cq->npoll; i++) {
@@ -819,26 +801,8 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
 		if (!tcp_poll_idle(tc))
 			tcp_rx_poll(tc);
 	}
-	poll_put(cq);
-}
-
-/* A poll that found cq not empty: its program polls all the same. Its
- * streams are stamped as an empty poll stamps them (tcp_poll_idle), so
- * the progress thread leaves them to it (only empty polls stamped: a
- * progress thread that delivered fast enough could keep the CQ from
- * running empty, and keep the stream). More streams than a CQ caches:
- * the empty polls' look at the list stamps them. */
-void chan_tcp_polled(struct sr_context *ctx, struct sr_cq *cq)
-{
-	uint64_t now;
-
-	if (!poll_take(ctx->tcp, cq))
-		return;
-	now = progress_now_ns();
-	for (int i = 0; i < cq->npoll; i++)
-		atomic_store_explicit(&to_tc(cq->poll_streams[i])->rx_poll_ns, now,
-				      memory_order_relaxed);
-	poll_put(cq);
+out:
+	atomic_store_explicit(&cq->poll_busy, false, memory_order_release);
 }
 
 void chan_tcp_cq_forget(struct sr_cq *cq)

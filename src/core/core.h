@@ -505,7 +505,6 @@ struct sr_cq {
 	 * poll_gen (npoll < 0: none cached); poll_busy: a thread is
 	 * polling them (the others return) */
 	atomic_bool poll_busy;
-	_Atomic unsigned int full_polls;	/* polls that found entries */
 	int npoll;
 	unsigned int poll_gen;
 	struct sr_chan *poll_streams[16];

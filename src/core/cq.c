@@ -287,19 +287,6 @@ static void cq_progress(struct sr_cq *cq)
 		chan_udp_poll(ctx, cq);		/* UD datagrams (chan/udp.c) */
 }
 
-/* A CQ found not empty: on one such poll in 64, tell the channels that a
- * program thread polls it (a racy count: a lost increment only moves the
- * next call). */
-static void cq_polled(struct sr_cq *cq)
-{
-	struct sr_context *ctx = to_ctx(cq->ibcq.context);
-	unsigned int n = atomic_load_explicit(&cq->full_polls, memory_order_relaxed);
-
-	atomic_store_explicit(&cq->full_polls, n + 1, memory_order_relaxed);
-	if ((n & 63) == 0 && ctx->tcp && ctx->owner == sr_getpid())
-		chan_tcp_polled(ctx, cq);
-}
-
 int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 {
 	int i = 0;
@@ -311,8 +298,6 @@ int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 		/* still nothing: as if polled a moment earlier, no lock */
 		if (cq_empty(cq))
 			return 0;
-	} else {
-		cq_polled(cq);
 	}
 	pthread_mutex_lock(&cq->lock);
 	while (i < n && cq->head != cq->tail) {
@@ -366,8 +351,6 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 		cq_progress(cq);
 		if (cq_empty(cq))
 			return ENOENT;
-	} else {
-		cq_polled(cq);
 	}
 	pthread_mutex_lock(&cq->lock);
 	if (cq->head == cq->tail) {
