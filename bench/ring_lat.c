@@ -8,12 +8,17 @@
  *   shm_ring  softrnic's ring (src/chan/shm_ring.c): an 8-byte inline
  *             record written with shm_ring_write, read with shm_ring_read,
  *             as the shm channel does, without MPA framing, locks or the
- *             verbs around it.
+ *             verbs around it;
+ *   small N   with a third argument (sizes, comma-separated): a small
+ *             record of N bytes (shm_ring_write_small/read_small, as a
+ *             SEND or WRITE of N - 24 bytes goes: struct shm_small is 24
+ *             bytes), for each N. Where records end decides how many
+ *             cache lines a message moves (docs/PERFORMANCE.md).
  * bench/shm.sh measures the whole path (ib_send_lat) in the same terms;
  * the differences say what the ring costs and what the layers above it
  * cost.
  *
- * usage: ring_lat [iterations per round (100000)] [rounds (5)]
+ * usage: ring_lat [iterations per round (100000)] [rounds (5)] [sizes]
  * Built by bench/shm.sh: cc -O2 -I src bench/ring_lat.c src/chan/shm_ring.c
  */
 #define _GNU_SOURCE
@@ -111,8 +116,45 @@ static int ring_side(struct shared *s, int pinger, uint64_t iters)
 	return 0;
 }
 
+/* --- small records of len bytes ------------------------------------------ */
+
+static int small_side(struct shared *s, int pinger, uint64_t iters, size_t len)
+{
+	struct shm_ring tx, rx;
+	uint8_t msg[SHM_SMALL_MAX] = { 0 }, got[SHM_SMALL_MAX];
+	struct iovec out = { msg, len };
+
+	shm_ring_init(&tx, &s->ctl[pinger ? 0 : 1], s->data[pinger ? 0 : 1], RING_SIZE);
+	shm_ring_init(&rx, &s->ctl[pinger ? 1 : 0], s->data[pinger ? 1 : 0], RING_SIZE);
+	for (uint64_t i = 1; i <= iters; i++) {
+		ssize_t k;
+
+		memcpy(msg, &i, sizeof(i));
+		if (pinger && shm_ring_write_small(&tx, &out, 1, len) != (ssize_t)len)
+			return -1;
+		while ((k = shm_ring_read_small(&rx, got, sizeof(got))) == 0)
+			;
+		if (k != (ssize_t)len || memcmp(got, &i, sizeof(i)))
+			return -1;
+		if (!pinger && shm_ring_write_small(&tx, &out, 1, len) != (ssize_t)len)
+			return -1;
+	}
+	return 0;
+}
+
+/* One side of mode 0 (floor), 1 (inline record) or 2 (small, len). */
+static int side(struct shared *s, int mode, int pinger, uint64_t iters, size_t len)
+{
+	if (mode == 2)
+		return small_side(s, pinger, iters, len);
+	if (mode == 1)
+		return ring_side(s, pinger, iters);
+	floor_side(s, pinger, iters);
+	return 0;
+}
+
 /* One round of a test in two processes: one-way ns per message. */
-static double round_ns(struct shared *s, int ring, uint64_t iters)
+static double round_ns(struct shared *s, int mode, uint64_t iters, size_t len)
 {
 	uint64_t t0, t1;
 	pid_t pid;
@@ -126,13 +168,10 @@ static double round_ns(struct shared *s, int ring, uint64_t iters)
 	}
 	if (pid == 0) {
 		alarm(60);
-		if (ring)
-			_exit(ring_side(s, 0, iters) ? 1 : 0);
-		floor_side(s, 0, iters);
-		_exit(0);
+		_exit(side(s, mode, 0, iters, len) ? 1 : 0);
 	}
 	t0 = now_ns();
-	if (ring ? ring_side(s, 1, iters) : (floor_side(s, 1, iters), 0)) {
+	if (side(s, mode, 1, iters, len)) {
 		kill(pid, SIGKILL);
 		waitpid(pid, &st, 0);
 		fprintf(stderr, "ring_lat: the ring lost or changed a message\n");
@@ -154,20 +193,42 @@ int main(int argc, char **argv)
 	int rounds = argc > 2 ? atoi(argv[2]) : 5;
 	struct shared *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
 				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	double fl[64], rg[64];
+	size_t len[16];
+	int nlen = 0;
+	double fl[64], rg[64], sm[16][64];
 
-	if (s == MAP_FAILED || rounds < 1 || rounds > 64 || !iters) {
-		fprintf(stderr, "usage: ring_lat [iterations] [rounds <= 64]\n");
+	for (char *p = argc > 3 ? argv[3] : NULL; p && *p && nlen < 16; nlen++) {
+		char *end;
+		unsigned long v = strtoul(p, &end, 10);
+
+		if (end == p || !v || v > SHM_SMALL_MAX || (*end && *end != ',')) {
+			nlen = -1;
+			break;
+		}
+		len[nlen] = v;
+		p = *end ? end + 1 : end;
+	}
+	if (s == MAP_FAILED || rounds < 1 || rounds > 64 || !iters || nlen < 0) {
+		fprintf(stderr, "usage: ring_lat [iterations] [rounds <= 64] [sizes: 1-%u, comma-separated]\n",
+			SHM_SMALL_MAX);
 		return 2;
 	}
 	for (int r = 0; r < rounds; r++) {	/* interleaved */
-		fl[r] = round_ns(s, 0, iters);
-		rg[r] = round_ns(s, 1, iters);
+		fl[r] = round_ns(s, 0, iters, 0);
+		rg[r] = round_ns(s, 1, iters, 0);
+		for (int i = 0; i < nlen; i++)
+			sm[i][r] = round_ns(s, 2, iters, len[i]);
 	}
 	qsort(fl, (size_t)rounds, sizeof(fl[0]), cmp_double);
 	qsort(rg, (size_t)rounds, sizeof(rg[0]), cmp_double);
 	printf("floor (one cache line each way): %.3f us one-way\n", fl[rounds / 2] / 1000.0);
 	printf("shm_ring (8-byte inline record):  %.3f us one-way (%.2f x floor)\n",
 	       rg[rounds / 2] / 1000.0, rg[rounds / 2] / fl[rounds / 2]);
+	for (int i = 0; i < nlen; i++) {
+		qsort(sm[i], (size_t)rounds, sizeof(sm[i][0]), cmp_double);
+		printf("small record %4zu B (%4zu in the ring): %.3f us one-way (%.2f x floor)\n", len[i],
+		       (size_t)SHM_REC_HDR + ((len[i] + 7) & ~(size_t)7), sm[i][rounds / 2] / 1000.0,
+		       sm[i][rounds / 2] / fl[rounds / 2]);
+	}
 	return 0;
 }
