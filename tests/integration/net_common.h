@@ -36,6 +36,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
@@ -632,6 +633,93 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 		net_check_child_status(st, "after the test");
 	}
 	close(fd);
+}
+
+/* ---- counts: the stats line each side prints (SOFTRNIC_STATS=1) -------- */
+
+/* The sum of FIELD over the stats lines in the file at path; -1 if none. */
+static NET_UNUSED long long stats_sum(const char *path, const char *field)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	long long v = -1;
+
+	CHECK(f, "open %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		char *p, key[64];
+
+		if (strncmp(line, "softrnic stats:", 15))
+			continue;
+		snprintf(key, sizeof(key), " %s ", field);
+		p = strstr(line, key);
+		if (p)
+			v = (v < 0 ? 0 : v) + strtoll(p + strlen(key), NULL, 10);
+	}
+	fclose(f);
+	return v;
+}
+
+/* Run the pair in a process of its own whose stderr, with the stats line
+ * each side prints at exit (SOFTRNIC_STATS=1), goes to a new file named
+ * in path: the pair's wait status. no_map: SOFTRNIC_SHM_MAP=0 there. */
+static NET_UNUSED int pair_with_stats(const struct net_opts *o, net_side_fn fa, net_side_fn fb, bool no_map,
+			   char path[64])
+{
+	pid_t pid;
+	int fd, st;
+
+	snprintf(path, 64, "/tmp/softrnic-shm-stats.XXXXXX");
+	fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+	fflush(stderr);
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		setenv("SOFTRNIC_STATS", "1", 1);
+		if (no_map)
+			setenv("SOFTRNIC_SHM_MAP", "0", 1);
+		CHECK(dup2(fd, 2) == 2, "dup2");
+		net_fork_run(o, fa, fb);
+		exit(0);
+	}
+	close(fd);
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	return st;
+}
+
+/* Done with pair_with_stats' file: shown first if show (a failure's
+ * context). */
+static NET_UNUSED void stats_done(const char *path, bool show)
+{
+	char cmd[128];
+
+	if (show) {
+		snprintf(cmd, sizeof(cmd), "cat %s >&2", path);
+		if (system(cmd)) {
+			/* (shown what there is) */
+		}
+	}
+	unlink(path);
+}
+
+/* Run the pair with stats lines, and sum field over both: the pair must
+ * pass and the sum be within [lo, hi] (both lines shown otherwise). what
+ * names the count in the note and in a failure. */
+#define STR_(x) #x
+#define STR(x) STR_(x)	/* (a round count, in what's text) */
+
+static NET_UNUSED void pair_count(const struct net_opts *o, net_side_fn fa, net_side_fn fb,
+		       const char *field, long long lo, long long hi, const char *what)
+{
+	char path[64];
+	int st = pair_with_stats(o, fa, fb, false, path);
+	long long v = stats_sum(path, field);
+	bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+
+	NOTE("%s (%s): %lld", what, field, v);
+	stats_done(path, !ok || v < lo || v > hi);
+	CHECK(ok, "the pair failed (status %#x)", st);
+	CHECK(v >= lo && v <= hi, "%s (%s): %lld, want %lld to %lld", what, field, v, lo, hi);
 }
 
 /* ---- plain TCP out-of-band (two unrelated processes, e.g. netns) ------- */
