@@ -617,6 +617,15 @@ bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len)
 	return !mem_read(&b, (uintptr_t)p, 1) && !mem_read(&b, (uintptr_t)p + len - 1, 1);
 }
 
+int shm_watch_locked(struct tcp_chan *tc, bool on)
+{
+	/* (after shm_shut, which takes no lock, the eventfd is out of the
+	 * set: the change fails with ENOENT, and changes nothing) */
+	if (!tc->shm || tc->epl.fd < 0)
+		return -ENOENT;
+	return progress_mod(tc->tctx->pg, &tc->epl, on ? EPOLLIN : 0);
+}
+
 void shm_shut(struct tcp_chan *tc)
 {
 	struct shm_link *l = tc->shm;
@@ -652,7 +661,8 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		return;
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
-		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu\n",
+		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu "
+		"shm_waited %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -663,5 +673,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.shm_kicks),
 		(unsigned long long)atomic_load(&chan_stats.shm_graced),
 		(unsigned long long)atomic_load(&chan_stats.tcp_poll_late),
-		(unsigned long long)atomic_load(&chan_stats.shm_left));
+		(unsigned long long)atomic_load(&chan_stats.shm_left),
+		(unsigned long long)atomic_load(&chan_stats.shm_waited));
 }

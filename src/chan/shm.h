@@ -51,6 +51,8 @@ struct chan_stats {
 					 * unread until the poll check */
 	_Atomic uint64_t shm_left;	/* progress thread passes that left a
 					 * busy ring to its program's poller */
+	_Atomic uint64_t shm_waited;	/* ring wake-ups taken by a program
+					 * thread waiting for an event */
 };
 extern struct chan_stats chan_stats;
 
@@ -148,6 +150,10 @@ bool shm_kicked(struct tcp_chan *tc);
 /* Should the payload piece at p (len bytes, the application's memory)
  * of a message that settles only when answered be pulled by the peer? */
 bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len);
+/* A program thread waiting for an event sleeps on our eventfd instead of
+ * the progress thread (on false), or no longer (tcp_wait.c): 0, or
+ * -errno (-ENOENT: not on shm, or shut). tc->lock held. */
+int shm_watch_locked(struct tcp_chan *tc, bool on);
 /* The stream is shut: stop watching the eventfd. No channel lock held. */
 void shm_shut(struct tcp_chan *tc);
 /* The last reference is gone: unmap and close. */

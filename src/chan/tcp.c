@@ -616,7 +616,7 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 		return;
 	}
 	tcp_flush_locked(tc);
-	if (tc->shm_rx && !tc->poll_owned && poller_active(tc)) {
+	if (tc->shm_rx && !tc->poll_owned && !tc->rx_waiter && poller_active(tc)) {
 		/* a program thread polls this QP's CQ: leave the ring to it
 		 * (it asks for no wakeups) until it stops */
 		poll_own_locked(tc, true);

@@ -153,6 +153,9 @@ struct tcp_chan {
 	 * at once; a lone ACK the pass owes then waits a moment for it
 	 * (tc->lock). */
 	bool rx_kicked;
+	/* A program thread waiting in ibv_get_cq_event sleeps on our
+	 * eventfd, not the progress thread (tcp_wait.c). tc->lock. */
+	bool rx_waiter;
 	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
 	_Atomic unsigned int polls;	/* polls of it, for stamping 1 in 64 */
 	/* A pass placed payload bytes straight into their target (a

@@ -166,7 +166,7 @@ bool leave_to_poller_locked(struct tcp_chan *tc)
 	uint64_t last = atomic_load_explicit(&tc->rx_poll_ns, memory_order_relaxed);
 
 	if (!tc->shm_rx || !last || progress_now_ns() - last >= POLL_RECENT_NS ||
-	    (tc->rx_kicked && rx_write_under_way(tc)))
+	    (tc->rx_kicked && rx_write_under_way(tc)) || tc->rx_waiter)
 		return false;
 	if (!tc->poll_owned) {
 		poll_own_locked(tc, true);
