@@ -662,7 +662,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
 		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu "
-		"shm_waited %llu\n",
+		"rx_waited %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -674,5 +674,5 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.shm_graced),
 		(unsigned long long)atomic_load(&chan_stats.tcp_poll_late),
 		(unsigned long long)atomic_load(&chan_stats.shm_left),
-		(unsigned long long)atomic_load(&chan_stats.shm_waited));
+		(unsigned long long)atomic_load(&chan_stats.rx_waited));
 }

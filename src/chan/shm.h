@@ -51,8 +51,9 @@ struct chan_stats {
 					 * unread until the poll check */
 	_Atomic uint64_t shm_left;	/* progress thread passes that left a
 					 * busy ring to its program's poller */
-	_Atomic uint64_t shm_waited;	/* ring wake-ups taken by a program
-					 * thread waiting for an event */
+	_Atomic uint64_t rx_waited;	/* wake-ups of a ring or socket taken
+					 * by a program thread waiting for an
+					 * event (tcp_wait.c) */
 };
 extern struct chan_stats chan_stats;
 

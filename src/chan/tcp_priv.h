@@ -154,7 +154,8 @@ struct tcp_chan {
 	 * (tc->lock). */
 	bool rx_kicked;
 	/* A program thread waiting in ibv_get_cq_event sleeps on our
-	 * eventfd, not the progress thread (tcp_wait.c). tc->lock. */
+	 * eventfd or socket for input, not the progress thread
+	 * (tcp_wait.c). tc->lock. */
 	bool rx_waiter;
 	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
 	_Atomic unsigned int polls;	/* polls of it, for stamping 1 in 64 */
@@ -331,13 +332,14 @@ void tcp_accept(struct sr_pollable *p, uint32_t events);	/* the listener */
 void tcp_setup_event_locked(struct tcp_chan *tc, uint32_t events);
 void tcp_setup_timer_locked(struct tcp_chan *tc);
 /* The input interest the stream should have now: EPOLLIN, or while it
- * does not read (back-pressure, a poller owns it) EPOLLRDHUP, so that a
- * peer that closes is still noticed. */
+ * does not read (back-pressure, a poller owns it, a program thread
+ * waiting for an event reads it: tcp_wait.c) EPOLLRDHUP, so that a peer
+ * that closes is still noticed. */
 static inline uint32_t rx_events(const struct tcp_chan *tc)
 {
 	/* (once the peer writes to the ring, the socket only says when it
 	 * ends) */
-	return tc->rx_paused || tc->poll_owned || tc->shm_rx ? EPOLLRDHUP : EPOLLIN;
+	return tc->rx_paused || tc->poll_owned || tc->shm_rx || tc->rx_waiter ? EPOLLRDHUP : EPOLLIN;
 }
 /* Has a program thread received on this stream lately (DESIGN.md 5)? */
 static inline bool poller_active(const struct tcp_chan *tc)

@@ -28,52 +28,72 @@
 
 struct waited {
 	struct tcp_chan *tc;
-	int fd;			/* our dup of the stream's eventfd: the
-				 * stream may close its own meanwhile, and
-				 * its number be reused */
+	int fd;			/* our dup of the stream's eventfd (shm) or
+				 * socket: the stream may close its own
+				 * meanwhile, and its number be reused */
+	bool shm;
+	bool held;		/* still ours (not given back early) */
 };
 
-/* May a waiter on chan take tc? Not a ring a poller has (another thread
- * polls the CQ: arming it gave back the rings the waiter's own polls
- * had, chan_tcp_unpoll). tc->lock held. */
+/* May a waiter on chan take tc? Not a socket held back (read no more
+ * until receives are posted: its input would wake us for nothing).
+ * tc->lock held. */
 static bool wait_match(const struct tcp_chan *tc, const struct ibv_comp_channel *chan)
 {
 	const struct sr_qp *qp = tc->qp;
 
-	return tc->state == TS_UP && !tc->closed && tc->shm_rx && qp && !tc->poll_owned &&
-	       !tc->rx_waiter &&
+	return tc->state == TS_UP && !tc->closed && qp && !tc->rx_waiter &&
+	       (tc->shm_rx || (tc->pl.fd >= 0 && !tc->rx_paused)) &&
 	       ((qp->rcq && qp->rcq->ibcq.channel == chan) ||
 		(qp->scq && qp->scq->ibcq.channel == chan));
 }
 
-/* What the progress thread does on our eventfd (tcp_shm_event), but
- * never leave the ring to a poller: nobody polls while we wait. */
-static void wait_event(struct waited *w)
+/* The progress thread no longer watches tc for input (on false), or again.
+ * tc->lock held. 0 or -errno. */
+static int wait_watch_locked(struct tcp_chan *tc, bool shm, bool on)
+{
+	if (shm)
+		return shm_watch_locked(tc, on);
+	/* (the socket: rx_events leaves EPOLLIN out while rx_waiter) */
+	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
+	return !on == !(tc->events & EPOLLIN) ? 0 : -EIO;
+}
+
+/* What the progress thread does on an event of the stream (tcp_shm_event,
+ * tcp_on_event), but never leave it to a poller: nobody polls while we
+ * wait. False if the stream is no longer one to wait on. */
+static bool wait_event(struct waited *w)
 {
 	struct tcp_chan *tc = w->tc;
 	uint64_t v;
 	bool up;
 
-	if (read(w->fd, &v, sizeof(v)) < 0) {
+	if (w->shm && read(w->fd, &v, sizeof(v)) < 0) {
 		/* EAGAIN: nothing written since the last read */
 	}
 	pthread_mutex_lock(&tc->lock);
 	up = tc->state == TS_UP && !tc->closed;
 	if (up) {
 		tcp_flush_locked(tc);
-		(void)shm_kicked(tc);	/* (a kick asks for a read: we read) */
+		if (w->shm)
+			(void)shm_kicked(tc);	/* (a kick asks for a read: we read) */
 	}
 	pthread_mutex_unlock(&tc->lock);
 	if (!up)
-		return;
-	chan_stat_inc(&chan_stats.shm_waited);
+		return false;
+	chan_stat_inc(&chan_stats.rx_waited);
 	if (tc->nfaults || tc->tx_written)
 		tcp_tx_faults(tc);
 	tcp_rx(tc);
+	pthread_mutex_lock(&tc->lock);
+	/* (a socket held back, or ended, stays readable: not ours to poll) */
+	up = tc->state == TS_UP && !tc->closed && (w->shm || !tc->rx_paused);
+	pthread_mutex_unlock(&tc->lock);
+	return up;
 }
 
 /* Take the streams a waiter on chan may take (up to WAIT_STREAMS): a
- * reference and a dup of the eventfd of each, in w. How many. */
+ * reference and a dup of the descriptor of each, in w. How many. */
 static int wait_take(struct sr_tcp_ctx *t, const struct ibv_comp_channel *chan, struct waited *w)
 {
 	struct tcp_chan *cand[WAIT_STREAMS];
@@ -86,9 +106,9 @@ static int wait_take(struct sr_tcp_ctx *t, const struct ibv_comp_channel *chan, 
 
 		if (n == WAIT_STREAMS)
 			break;
-		/* (listed: alive while we hold t->lock; matched again under
-		 * the stream's own lock below) */
-		if (tc->shm_rx && tc->state == TS_UP && !tc->closed) {
+		/* (listed: alive while we hold t->lock; matched under the
+		 * stream's own lock below) */
+		if (tc->state == TS_UP && !tc->closed) {
 			chan_get(&tc->ch);
 			cand[n++] = tc;
 		}
@@ -96,45 +116,59 @@ static int wait_take(struct sr_tcp_ctx *t, const struct ibv_comp_channel *chan, 
 	pthread_mutex_unlock(&t->lock);
 	for (int i = 0; i < n; i++) {
 		struct tcp_chan *tc = cand[i];
+		bool shm = false;
 		int fd = -1;
 
 		pthread_mutex_lock(&tc->lock);
 		if (wait_match(tc, chan)) {
-			fd = fcntl(tc->epl.fd, F_DUPFD_CLOEXEC, 0);
-			if (fd >= 0 && shm_watch_locked(tc, false)) {
+			shm = tc->shm_rx;
+			fd = fcntl(shm ? tc->epl.fd : tc->pl.fd, F_DUPFD_CLOEXEC, 0);
+		}
+		if (fd >= 0) {
+			/* A stream left to a poller: the empty poll a program
+			 * makes after arming, before it sleeps, stamps it as
+			 * polled, and the progress thread then leaves it to
+			 * that poller, gone to sleep here (arming gave back
+			 * what polls had before: chan_tcp_unpoll). Ours. */
+			atomic_store_explicit(&tc->rx_poll_ns, 0, memory_order_relaxed);
+			poll_own_locked(tc, false);
+			tc->rx_waiter = true;
+			if (wait_watch_locked(tc, shm, false)) {
+				tc->rx_waiter = false;
+				wait_watch_locked(tc, shm, true);
 				close(fd);
 				fd = -1;
 			}
 		}
-		tc->rx_waiter = fd >= 0;
 		pthread_mutex_unlock(&tc->lock);
 		if (fd < 0) {
 			chan_put(&tc->ch);
 			continue;
 		}
-		w[k].tc = tc;
-		w[k++].fd = fd;
+		w[k++] = (struct waited){ .tc = tc, .fd = fd, .shm = shm, .held = true };
 	}
 	return k;
 }
 
-static void wait_give_back(struct waited *w, int n)
+static void wait_give_back(struct waited *w)
 {
-	for (int i = 0; i < n; i++) {
-		struct tcp_chan *tc = w[i].tc;
-		uint64_t mark = atomic_load_explicit(&tc->rx_mark, memory_order_acquire);
+	struct tcp_chan *tc = w->tc;
+	uint64_t mark = atomic_load_explicit(&tc->rx_mark, memory_order_acquire);
 
-		pthread_mutex_lock(&tc->lock);
-		tc->rx_waiter = false;
-		if (tc->state == TS_UP && !tc->closed && !shm_watch_locked(tc, true) &&
-		    ((mark & 1) || !shm_rx_idle_at(tc, mark)))
-			shm_self_wake(tc);	/* input our last pass left
-						 * (it stopped early): the
-						 * progress thread's now */
-		pthread_mutex_unlock(&tc->lock);
-		close(w[i].fd);
-		chan_put(&tc->ch);
-	}
+	if (!w->held)
+		return;
+	w->held = false;
+	pthread_mutex_lock(&tc->lock);
+	tc->rx_waiter = false;
+	if (tc->state == TS_UP && !tc->closed && !wait_watch_locked(tc, w->shm, true) && w->shm &&
+	    ((mark & 1) || !shm_rx_idle_at(tc, mark)))
+		shm_self_wake(tc);	/* input our last pass left in the ring
+					 * (it stopped early): the progress
+					 * thread's now (a socket's input is
+					 * seen at once: level-triggered) */
+	pthread_mutex_unlock(&tc->lock);
+	close(w->fd);
+	chan_put(&tc->ch);
 }
 
 int chan_tcp_wait(struct sr_context *ctx, const struct ibv_comp_channel *chan, int evfd)
@@ -152,12 +186,13 @@ int chan_tcp_wait(struct sr_context *ctx, const struct ibv_comp_channel *chan, i
 	for (int i = 0; i < n; i++)
 		pfd[i + 1].revents = POLLIN;	/* (a first pass on each) */
 	for (;;) {
-		for (int i = 0; i < n; i++)
-			if (pfd[i + 1].revents)
-				wait_event(&w[i]);
 		pfd[0] = (struct pollfd){ .fd = evfd, .events = POLLIN };
-		for (int i = 0; i < n; i++)
-			pfd[i + 1] = (struct pollfd){ .fd = w[i].fd, .events = POLLIN };
+		for (int i = 0; i < n; i++) {
+			if (w[i].held && pfd[i + 1].revents && !wait_event(&w[i]))
+				wait_give_back(&w[i]);
+			pfd[i + 1] = (struct pollfd){ .fd = w[i].held ? w[i].fd : -1,
+						      .events = POLLIN };
+		}
 		if (poll(pfd, (nfds_t)n + 1, -1) < 0) {
 			/* a signal ends the wait, as it ends a read of the
 			 * channel; anything else leaves it to that read */
@@ -167,6 +202,7 @@ int chan_tcp_wait(struct sr_context *ctx, const struct ibv_comp_channel *chan, i
 		if (pfd[0].revents)
 			break;		/* an event (or the channel's end) */
 	}
-	wait_give_back(w, n);
+	for (int i = 0; i < n; i++)
+		wait_give_back(&w[i]);
 	return ret;
 }

@@ -40,7 +40,7 @@
  *   completion could be seen, so it precedes the reply on the stream),
  *   as on IB; programs with one send slot (perftest -e) post their next
  *   SEND at once. The sleeping thread itself takes in what its ring
- *   brings (not the progress thread: shm_waited, at least a wake-up a
+ *   brings (not the progress thread: rx_waited, at least a wake-up a
  *   tenth of the rounds at least, over both sides).
  * - small: SENDs (plain, inline, with immediate) and WRITEs of 0 to 2000
  *   bytes, posted one by one and as one list, mixed: those of 1 KiB
@@ -800,8 +800,8 @@ static void sub_ack_order(void)
 	o.max_send_wr = 1;
 	o.rcq_chan = 1;
 	/* (the thread waiting in ibv_get_cq_event takes the peer's message
-	 * in itself: the progress thread passes nothing on, shm_waited) */
-	pair_count(&o, order_a, order_b, "shm_waited", ORDER_N / 10, LLONG_MAX,
+	 * in itself: the progress thread passes nothing on, rx_waited) */
+	pair_count(&o, order_a, order_b, "rx_waited", ORDER_N / 10, LLONG_MAX,
 		   "ring wake-ups a thread waiting for an event took");
 }
 
