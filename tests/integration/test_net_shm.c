@@ -4,9 +4,14 @@
  *   (pulled with process_vm_readv) and SENDs arrive byte for byte;
  * - off: with SOFTRNIC_SHM=0 nothing is mapped and the same traffic
  *   passes;
- * - corrupt: a hostile B fills the whole shared area with garbage; A's
- *   QP goes to ERROR, its posted receives are flushed, and A does not
- *   crash (its memory outside the rings is untouched);
+ * - corrupt: a hostile B fills the whole shared area with garbage, once
+ *   both rings have carried a record (before the switch, the rings'
+ *   first records would write over the garbage: one run in seven under
+ *   load saw nothing wrong), and stops until A has looked (its answer
+ *   to A's SEND, written over the garbage where A reads next, hid it
+ *   in one run in twenty); A's QP goes to ERROR, its posted receives
+ *   are flushed, and A does not crash (its memory outside the rings is
+ *   untouched);
  * - unmapped_in_flight: a WRITE source unmapped after it was queued but
  *   before the peer pulled it fails with IBV_WC_LOC_PROT_ERR (B read
  *   zeros), as over TCP;
@@ -195,16 +200,41 @@ static void used_b(struct net_end *n) { traffic_b(n, true); }
 static void off_a(struct net_end *n) { traffic_a(n, false); }
 static void off_b(struct net_end *n) { traffic_b(n, false); }
 
+/* Both rings have carried a record (the first one's header word at each
+ * ring's start is written): the switch is done both ways. Before it, a
+ * scribble would be written over by the rings' first records and never
+ * be seen (the offerer maps the rings at the offer; ping's SENDs may
+ * still go on TCP). The rings follow the 4 KiB header, two of a size. */
+static bool rings_used(const uint8_t *base, size_t len)
+{
+	size_t ring = (len - 4 * KIB) / 2;
+	uint64_t w0, w1;
+
+	memcpy(&w0, base + 4 * KIB, sizeof(w0));
+	memcpy(&w1, base + 4 * KIB + ring, sizeof(w1));
+	return w0 && w1;
+}
+
 static void corrupt_a(struct net_end *n)
 {
 	struct ibv_wc wc;
+	int st;
 	uint8_t *canary = n->b.p + XFER + 16 * KIB;
 
-	ping(n, 1);
+	for (uint64_t id = 1; ; id++) {
+		ping(n, id);
+		if (net_get(n))
+			break;	/* (B: both rings used) */
+		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
+	}
 	memset(canary, 0xc5, 4 * KIB);
 	post_recv1(n->qp, 20, n->b.p + XFER + 8 * KIB, 64, n->b.mr->lkey);
 	net_put(n, T_CORRUPT);
 	net_expect(n, T_CORRUPT + 1, "B scribbled");
+	/* (B stops itself: its answer to our SEND would be a valid record
+	 * written where we look next, over the garbage, and the garbage
+	 * never seen: one run in twenty under load) */
+	CHECK(waitpid(n->peer_pid, &st, WUNTRACED) == n->peer_pid && WIFSTOPPED(st), "B stopped");
 	/* A small SEND now goes the direct way into a ring whose indices
 	 * are garbage (shm_send_small, shm_ring_write_small): it must complete,
 	 * with an error, and write nothing of ours outside the ring. */
@@ -221,6 +251,7 @@ static void corrupt_a(struct net_end *n)
 	      "SEND into the broken ring: wr_id %llu %s, want an error",
 	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 	check_filled(canary, 0xc5, 4 * KIB, "A's memory next to its buffers");
+	CHECK(kill(n->peer_pid, SIGCONT) == 0, "SIGCONT");
 	net_put(n, T_DONE);
 }
 
@@ -230,14 +261,23 @@ static void corrupt_b(struct net_end *n)
 	size_t len;
 	unsigned int seed = 4242;
 
-	ping(n, 1);
-	len = shm_mapping(&base);
-	CHECK(len, "B: shm not mapped");
+	for (uint64_t id = 1; ; id++) {
+		bool used;
+
+		ping(n, id);
+		len = shm_mapping(&base);
+		used = len && rings_used(base, len);
+		net_put(n, used);
+		if (used)
+			break;
+		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
+	}
 	net_expect(n, T_CORRUPT, "A ready");
 	/* every byte after the magic: indices, flags, records */
 	for (size_t i = 16; i < len; i++)
 		base[i] = (uint8_t)rand_r(&seed);
 	net_put(n, T_CORRUPT + 1);
+	raise(SIGSTOP);		/* (A continues us once it has looked) */
 	net_expect(n, T_DONE, "A checked");
 }
 
