@@ -668,9 +668,6 @@ static void tcp_on_timer(struct sr_timer *t)
 			tc->tx_gate = false;
 			tcp_flush_locked(tc);
 		}
-		if (tc->ack_held && tc->ack_pending)
-			tc->ack_hold_skip = ACK_HOLD_SKIP;	/* (no reply came) */
-		tc->ack_held = false;
 		if (tc->poll_owned && !tc->closed)
 			poll_check_locked(tc);
 		else if (tc->ack_pending && !tc->closed)

@@ -157,13 +157,6 @@ struct tcp_chan {
 	 * eventfd or socket for input, not the progress thread
 	 * (tcp_wait.c). tc->lock. */
 	bool rx_waiter;
-	/* The lone ACK such a thread's pass owes waits for its program's
-	 * reply (kicked_defer): held now; and how many of those passes send
-	 * it at once, after a hold that no post ended (the timer did).
-	 * tc->lock. */
-	bool ack_held;
-	uint8_t ack_hold_skip;
-#define ACK_HOLD_SKIP	16
 	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
 	_Atomic unsigned int polls;	/* polls of it, for stamping 1 in 64 */
 	/* A pass placed payload bytes straight into their target (a

@@ -646,28 +646,15 @@ static bool only_ack_owed(const struct tcp_chan *tc)
  * SHM_KICK_ACK_NS to ride with that reply, as after a poller's pass;
  * sent at once, the peer's poller would take it alone and move on to
  * watching memory itself, and the peer's next message would need a kick
- * in its turn, and so on. So too after a pass of a thread waiting for an
- * event (tcp_wait.c) on a ring we send on: its program replies once it
- * has the event, and the ACK sent alone first woke the peer for nothing
- * (ibv_rc_pingpong -e twice as fast); after a hold no reply ended, the
- * next ACK_HOLD_SKIP go at once (a program that only receives: its
- * peer's completions would wait for the timer). Not over TCP: there
- * ibv_rc_pingpong -e fell, one run in three, into a mode twice as slow
- * (not understood). True if it waits (the timer sends it). */
+ * in its turn, and so on. True if it waits (the timer sends it). */
 static bool kicked_defer(struct tcp_chan *tc, bool owed_before)
 {
-	bool defer, hold;
+	bool defer;
 
 	pthread_mutex_lock(&tc->lock);
-	defer = !owed_before && tc->state == TS_UP && !tc->closed && tc->ack_pending &&
-		only_ack_owed(tc);
-	hold = defer && tc->rx_waiter && tc->tx_any && tc->shm_rx;
-	if (hold && tc->ack_hold_skip) {
-		tc->ack_hold_skip--;
-		hold = false;
-	}
-	defer &= (tc->rx_kicked && tc->poll_owned) || (!tc->shm_rx && poller_active(tc)) || hold;
-	tc->ack_held = hold;
+	defer = ((tc->rx_kicked && tc->poll_owned) || (!tc->shm_rx && poller_active(tc))) &&
+		!owed_before && tc->state == TS_UP &&
+		!tc->closed && tc->ack_pending && only_ack_owed(tc);
 	tc->rx_kicked = false;
 	if (defer)
 		tcp_timer_arm_locked(tc, SHM_KICK_ACK_NS);
