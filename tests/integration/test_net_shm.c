@@ -76,7 +76,7 @@
  * - watcher_big: ib_write_lat's loop on shm with WRITEs of 4 and 64 KiB
  *   (300 rounds each) and 1 MiB (60; they go the usual way, not as small
  *   records; 1 MiB is 17 FPDUs, mapped): each
- *   lands (compared byte for byte), and at most one in four needs a kick
+ *   lands (compared byte for byte), and at most one in two needs a kick
  *   (a poller takes in the WRITE behind the ACK it polled for; two a round
  *   before). Run alone.
  * - leave: B polls its empty CQ, then stops for 8 ms; meanwhile A SENDs
@@ -1191,8 +1191,9 @@ static void sub_watcher_big(void)
 	o.buf_len = 4 * MIB;
 	/* A poller that returned with the ACK it polled for left the WRITE
 	 * behind it in the ring: two kicks a round, 1180 in 600, 50-70 us
-	 * each; now 1-5 here. */
-	pair_count(&o, wbig_a, wbig_b, "shm_kicks", 0, WBIG_ALL / 4,
+	 * each; now 1-5 here (with ASan 38-148, and once 232 in CI on a
+	 * busy machine: the bound is for a kick a round or more). */
+	pair_count(&o, wbig_a, wbig_b, "shm_kicks", 0, WBIG_ALL / 2,
 		   "kicks in " STR(WBIG_ALL) " rounds");
 }
 
