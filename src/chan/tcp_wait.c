@@ -35,17 +35,22 @@ struct waited {
 	bool held;		/* still ours (not given back early) */
 };
 
+/* Does tc's QP complete into a CQ of chan? */
+static bool on_channel(const struct tcp_chan *tc, const struct ibv_comp_channel *chan)
+{
+	const struct sr_qp *qp = tc->qp;
+
+	return qp && ((qp->rcq && qp->rcq->ibcq.channel == chan) ||
+		      (qp->scq && qp->scq->ibcq.channel == chan));
+}
+
 /* May a waiter on chan take tc? Not a socket held back (read no more
  * until receives are posted: its input would wake us for nothing).
  * tc->lock held. */
 static bool wait_match(const struct tcp_chan *tc, const struct ibv_comp_channel *chan)
 {
-	const struct sr_qp *qp = tc->qp;
-
-	return tc->state == TS_UP && !tc->closed && qp && !tc->rx_waiter &&
-	       (tc->shm_rx || (tc->pl.fd >= 0 && !tc->rx_paused)) &&
-	       ((qp->rcq && qp->rcq->ibcq.channel == chan) ||
-		(qp->scq && qp->scq->ibcq.channel == chan));
+	return tc->state == TS_UP && !tc->closed && !tc->rx_waiter && on_channel(tc, chan) &&
+	       (tc->shm_rx || (tc->pl.fd >= 0 && !tc->rx_paused));
 }
 
 /* The progress thread no longer watches tc for input (on false), or again.
@@ -106,9 +111,10 @@ static int wait_take(struct sr_tcp_ctx *t, const struct ibv_comp_channel *chan, 
 
 		if (n == WAIT_STREAMS)
 			break;
-		/* (listed: alive while we hold t->lock; matched under the
-		 * stream's own lock below) */
-		if (tc->state == TS_UP && !tc->closed) {
+		/* (listed: alive while we hold t->lock; a look without its
+		 * lock, matched again under it below: a stream's QP and its
+		 * CQs stay while it is UP) */
+		if (tc->state == TS_UP && !tc->closed && on_channel(tc, chan)) {
 			chan_get(&tc->ch);
 			cand[n++] = tc;
 		}
