@@ -107,9 +107,9 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq);
 void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq);
 /* A program thread is about to block in ibv_get_cq_event on chan, whose
  * event queue's descriptor is evfd (blocking, nothing queued): it sleeps
- * on the rings of the QPs that complete into chan's CQs as well, and
- * receives on them itself, until evfd is readable (tcp_wait.c). 0, or
- * -EINTR (a signal) or another -errno. */
+ * on the streams (rings or sockets) of the QPs that complete into chan's
+ * CQs as well, and receives on them itself, until evfd is readable
+ * (tcp_wait.c). 0, or -EINTR (a signal). */
 struct ibv_comp_channel;
 int chan_tcp_wait(struct sr_context *ctx, const struct ibv_comp_channel *chan, int evfd);
 /* The CQ goes: drop the streams its polls kept (chan_tcp_poll). */

@@ -1,20 +1,20 @@
 /* A program thread that blocks for a completion event receives on its
- * rings itself (DESIGN.md decision 5, "a program thread waiting for an
+ * streams itself (DESIGN.md decision 5, "a program thread waiting for an
  * event").
  *
- * On shm the peer wakes a receiver through an eventfd that the progress
- * thread sleeps on; the progress thread then takes the message in, makes
- * the completion, and writes the completion channel, which wakes the
- * program thread blocked in ibv_get_cq_event: two wake-ups a message and
- * two threads passing it on. While a program thread waits in
- * ibv_get_cq_event, the shm streams whose QPs complete into CQs of that
- * channel are taken from the progress thread instead (their eventfd
- * leaves its epoll set) and the waiting thread sleeps on their eventfds
- * and on the channel together: the peer's write wakes the thread that
- * wants the event, which receives as the progress thread would (its pass
- * asks the peer for the next wake-up itself, rx_sleep) and finds the
- * event queued. On the way out the eventfds go back to the progress
- * thread, whose epoll is level-triggered: a wake-up that came meanwhile
+ * The peer's message wakes the progress thread (a ring's eventfd, or the
+ * socket), which takes it in, makes the completion, and writes the
+ * completion channel, which wakes the program thread blocked in
+ * ibv_get_cq_event: two wake-ups a message and two threads passing it
+ * on. While a program thread waits in ibv_get_cq_event, the streams
+ * whose QPs complete into CQs of that channel are taken from the
+ * progress thread instead (a ring's eventfd leaves its epoll set; a
+ * socket keeps only EPOLLRDHUP there) and the waiting thread sleeps on
+ * them and on the channel together: the peer's message wakes the thread
+ * that wants the event, which receives as the progress thread would (on
+ * a ring its pass asks the peer for the next wake-up itself, rx_sleep)
+ * and finds the event queued. On the way out the streams go back to the
+ * progress thread, whose epoll is level-triggered: what came meanwhile
  * is seen at once, and a ring left with input gets a wake-up of its own.
  */
 #include "chan/tcp_priv.h"

@@ -75,6 +75,20 @@ int evq_push(struct sr_evq *q, void *obj, int type, int port)
 	return 0;
 }
 
+bool evq_would_block(struct sr_evq *q)
+{
+	unsigned int n;
+	int fl;
+
+	pthread_mutex_lock(&q->lock);
+	n = q->count;
+	pthread_mutex_unlock(&q->lock);
+	if (n)
+		return false;
+	fl = fcntl(q->fd, F_GETFL);
+	return fl >= 0 && !(fl & O_NONBLOCK);
+}
+
 int evq_pop(struct sr_evq *q, struct sr_ev *out)
 {
 	return evq_pop_cb(q, out, NULL, NULL);

@@ -45,6 +45,9 @@ int evq_pop(struct sr_evq *q, struct sr_ev *out);
  * the event still queued or sees what got counted, never neither. */
 int evq_pop_cb(struct sr_evq *q, struct sr_ev *out, void (*got)(const struct sr_ev *, void *),
 	       void *arg);
+/* Would evq_pop block now: nothing queued, and the application left its
+ * descriptor blocking? (A hint: an event may come right after.) */
+bool evq_would_block(struct sr_evq *q);
 /* Drop every event whose obj is @obj; returns how many. */
 unsigned int evq_remove_obj(struct sr_evq *q, void *obj);
 

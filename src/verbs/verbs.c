@@ -2,10 +2,8 @@
 #include "verbs/verbs.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -284,13 +282,11 @@ SR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 	struct sr_ev ev;
 	struct sr_cq *c;
 	int ret = 0, e = errno;
-	char b;
 
 	/* Nothing queued, and the descriptor blocks: the waiting thread
-	 * takes in what the rings of the channel's QPs bring itself (its
+	 * takes in what the streams of the channel's QPs bring itself (its
 	 * own wake-up, not the progress thread's and then ours) */
-	if (recv(ch->evq.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN &&
-	    !(fcntl(ch->evq.fd, F_GETFL) & O_NONBLOCK))
+	if (evq_would_block(&ch->evq))
 		ret = chan_tcp_wait(to_ctx(channel->context), channel, ch->evq.fd);
 	errno = e;	/* (as a read that succeeds leaves it) */
 	if (!ret)
