@@ -187,16 +187,16 @@ int chan_inproc_connect(struct sr_qp *a, struct sr_qp *b)
 		sr_list_init(&e->outq);
 	}
 	/* A QP connected to itself uses one end for both directions. */
-	pthread_mutex_lock(&a->lock);
+	sr_mutex_lock(&a->lock);
 	a->chan = &p->end[0].ch;
-	pthread_mutex_unlock(&a->lock);
+	sr_mutex_unlock(&a->lock);
 	if (a == b) {
 		/* Loopback: end 1 is never attached; close() of end 0
 		 * releases it. */
 	} else {
-		pthread_mutex_lock(&b->lock);
+		sr_mutex_lock(&b->lock);
 		b->chan = &p->end[1].ch;
-		pthread_mutex_unlock(&b->lock);
+		sr_mutex_unlock(&b->lock);
 	}
 	return 0;
 }

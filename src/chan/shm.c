@@ -455,13 +455,13 @@ void shm_polled_locked(struct tcp_chan *tc, bool polled)
  * SHM_SLEEP_GRACE_NS later (wake_if). rx_lock held, not tc->lock. */
 static void grace_arm(struct tcp_chan *tc)
 {
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (atomic_exchange_explicit(&tc->shm_grace_due, false, memory_order_relaxed) &&
 	    tc->state == TS_UP && !tc->closed) {
 		tc->shm_grace_at = progress_now_ns() + SHM_SLEEP_GRACE_NS;
 		progress_timer_arm_by(tc->tctx->pg, &tc->timer, SHM_SLEEP_GRACE_NS);
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 void shm_grace_check_locked(struct tcp_chan *tc, uint64_t now)

@@ -533,16 +533,16 @@ static int on_offer(struct tcp_chan *tc, const uint8_t *body, size_t len)
 		why = "offered twice";
 	else
 		why = attach(&o, &l);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (!why && !watch_locked(tc, l))
 		why = "epoll";
 	if (why) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		shm_link_free(l);
 		refused(tc, "refused the offer", why);
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		ok = ctl_queue_locked(tc, SR_ST_SHM_REFUSE, &a, sizeof(a));
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		tcp_kick_now(tc);
 		return ok ? 0 : -ENOMEM;
 	}
@@ -554,7 +554,7 @@ static int on_offer(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	/* ACCEPT is our last message on TCP: tcp_flush_locked moves our
 	 * writes to the ring once it is written. */
 	ok = ctl_queue_locked(tc, SR_ST_SHM_ACCEPT, &a, sizeof(a));
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	tcp_kick_now(tc);
 	return ok ? 0 : -ENOMEM;
 }
@@ -593,9 +593,9 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	if (!s.pull_ok)
 		sr_dbg("tcp %p QP %#x: shm: cannot read the peer: its payloads come inline",
 		       (void *)tc, tc->local_qpn);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (!watch_locked(tc, l)) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		return -ENOMEM;	/* the peer moved already: the stream ends */
 	}
 	/* Everything the accepter sends from now on is in the ring. What we
@@ -607,7 +607,7 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	l->io.no_pull = !tc->shm_pull_ok;
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 	ok = ctl_queue_locked(tc, SR_ST_SHM_SWITCH, &s, sizeof(s));
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	linked(tc);
 	tcp_kick_now(tc);
 	return ok ? 0 : -ENOMEM;
@@ -617,16 +617,16 @@ static int on_refuse(struct tcp_chan *tc)
 {
 	struct shm_link *l;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	l = tc->shm;
 	if (!l || !l->offerer || tc->shm_rx) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		return -EBADMSG;
 	}
 	tc->shm = NULL;
 	tc->shm_hold_until = 0;		/* what we held goes on TCP */
 	tx_busy_locked(tc);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	shm_offer_unlist(l);
 	refused(tc, "the peer refused", "see its debug log");
 	shm_link_free(l);
@@ -643,13 +643,13 @@ static int on_switch(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	memcpy(&s, body, sizeof(s));
 	if (s.magic != SHM_MAGIC || s.version != SHM_VERSION)
 		return -EBADMSG;
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->shm_rx = true;
 	tc->shm_pull_ok = s.pull_ok != 0;
 	tc->shm_map_ok = s.map_ok && atomic_load(&tc->shm->side.fd) >= 0;
 	tc->shm->io.no_pull = !tc->shm_pull_ok;
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	linked(tc);
 	return 0;
 }

@@ -182,8 +182,8 @@ struct tcp_chan *tcp_chan_new(struct sr_tcp_ctx *t, int fd)
 	tc->epl.fd = -1;
 	atomic_init(&tc->rx_mark, 1);
 	tc->timer.fire = tcp_on_timer;
-	pthread_mutex_init(&tc->lock, NULL);
-	pthread_mutex_init(&tc->rx_lock, NULL);
+	sr_mutex_init(&tc->lock);
+	sr_mutex_init(&tc->rx_lock);
 	sr_list_init(&tc->txq);
 	for (int q = 0; q < DDP_QN_COUNT; q++)
 		tc->tx_msn[q] = tc->rx_msn[q] = 1;	/* RFC 5041 §5.1: MSN starts at 1 */
@@ -224,8 +224,8 @@ static void tcp_free(struct sr_chan *ch)
 	free(tc->rsp);
 	free(tc->rbuf);
 	shm_free(tc);
-	pthread_mutex_destroy(&tc->lock);
-	pthread_mutex_destroy(&tc->rx_lock);
+	sr_mutex_destroy(&tc->lock);
+	sr_mutex_destroy(&tc->rx_lock);
 	free(tc);
 }
 
@@ -236,7 +236,7 @@ static void tcp_free(struct sr_chan *ch)
  * (hand-connected or CM), nothing on a dead stream moves again. */
 static void tcp_release_dead(struct tcp_chan *tc)
 {
-	pthread_mutex_lock(&tc->rx_lock);
+	sr_mutex_lock(&tc->rx_lock);
 	for (int i = 0; i < tc->sd.n; i++)
 		mr_release(&tc->sd.refs[i]);
 	tc->sd.n = 0;
@@ -245,9 +245,9 @@ static void tcp_release_dead(struct tcp_chan *tc)
 		mr_release(&tc->dr.refs[i]);
 	tc->dr.nrefs = 0;
 	tc->dr.active = false;
-	pthread_mutex_unlock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->rx_lock);
 	/* ... and the sends still queued, which hold theirs (zero copy) */
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD) {
 		while (!sr_list_empty(&tc->txq)) {
 			struct sr_msg *m = container_of(tc->txq.next, struct sr_msg, link);
@@ -262,7 +262,7 @@ static void tcp_release_dead(struct tcp_chan *tc)
 		tc->cur = NULL;
 		tc->slot_head = tc->slot_tail;
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 /* Stop all I/O on the stream: the progress thread will not run it again
@@ -278,13 +278,13 @@ void tcp_shut(struct tcp_chan *tc)
 	bool first;
 	int fd;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	fd = tc->pl.fd;
 	if (tc->state != TS_DEAD)
 		set_state(tc, TS_DEAD);
 	first = !tc->shut;
 	tc->shut = true;
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	if (!first) {
 		if (!progress_in_thread(t->pg))
 			while (!atomic_load_explicit(&tc->shut_done, memory_order_acquire))
@@ -300,9 +300,9 @@ void tcp_shut(struct tcp_chan *tc)
 	progress_timer_cancel(t->pg, &tc->timer);
 	if (fd >= 0) {
 		progress_del(t->pg, &tc->pl);
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		tc->pl.fd = -1;
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		close(fd);
 	}
 	shm_shut(tc);
@@ -333,9 +333,9 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 	struct sr_qp *qp;
 	bool bye, cm;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		return;
 	}
 	/* Ours until we are done: once tcp_shut has taken the socket out
@@ -348,7 +348,7 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 		qp_get(qp);
 	bye = tc->peer_bye;
 	cm = tc->cm;
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	sr_dbg("tcp %p QP %#x<->%#x %s: %s", (void *)tc, tc->local_qpn, tc->peer_qpn,
 	       bye ? "closed by the peer" : "lost", why);
 	tcp_shut(tc);
@@ -446,7 +446,7 @@ static void tcp_close(struct sr_chan *ch)
 	 * in our socket is then acknowledged, not failed. */
 	if (tc->tctx->ctx->owner == sr_getpid())
 		tcp_rx(tc);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	/* Say goodbye (best effort, never blocking): the peer then knows
 	 * this was an orderly destroy, not a crash. */
 	if (tc->state == TS_UP && tc->pl.fd >= 0 && tc->tctx->ctx->owner == sr_getpid()) {
@@ -465,11 +465,11 @@ static void tcp_close(struct sr_chan *ch)
 	tc->closed = true;
 	tc->qp = NULL;
 	atomic_fetch_add_explicit(&tc->tctx->gen, 1, memory_order_release);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	/* A program thread may be receiving for this QP right now (a CQ
 	 * poll): wait it out; it sees "closed" before its next delivery. */
-	pthread_mutex_lock(&tc->rx_lock);
-	pthread_mutex_unlock(&tc->rx_lock);
+	sr_mutex_lock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->rx_lock);
 	tcp_shut(tc);
 	tcp_unlist(tc);
 	chan_put(ch);			/* the QP's reference */
@@ -525,7 +525,7 @@ static void tcp_on_event(struct sr_pollable *p, uint32_t events)
 
 static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 {
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	switch (tc->state) {
 	case TS_DIALING:
 	case TS_REQ_SENT:
@@ -542,7 +542,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 			atomic_store_explicit(&tc->shm_eof, true, memory_order_release);
 			poll_own_locked(tc, false);
 			want(tc, tc->events & EPOLLOUT);
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			if (paused)
 				tcp_fail(tc, "peer closed the stream while it was held back");
 			else
@@ -562,7 +562,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 			poll_own_locked(tc, true);
 			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 			tcp_timer_arm_locked(tc, POLL_CHECK_NS);
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			/* TCP: what woke us is read now all the same (the
 			 * program may wait for it by watching its memory, not
 			 * by polling: ib_write_lat); the ACK owed may wait for
@@ -576,7 +576,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 				/* The peer closed or reset while we held its
 				 * data back: nobody will take it now (IB: the
 				 * peer disconnected; what it sent is lost). */
-				pthread_mutex_unlock(&tc->lock);
+				sr_mutex_unlock(&tc->lock);
 				tcp_fail(tc, "peer closed the stream while it was held back");
 				return;
 			}
@@ -584,7 +584,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 			poll_own_locked(tc, false);
 			want(tc, tc->events | rx_events(tc));
 		}
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		if (tc->nfaults || tc->tx_written)
 			tcp_tx_faults(tc);
 		if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -595,7 +595,7 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 	case TS_DEAD:
 		break;
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 /* Our eventfd (shm.h): the peer wrote to a ring we sleep on, made room
@@ -610,9 +610,9 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 	if (read(p->fd, &v, sizeof(v)) < 0) {
 		/* EAGAIN: another read took it; nothing is lost */
 	}
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state != TS_UP || tc->closed) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		return;
 	}
 	tcp_flush_locked(tc);
@@ -626,7 +626,7 @@ void tcp_shm_event(struct sr_pollable *p, uint32_t events)
 	 * the ring to a program thread; read it now) */
 	tc->rx_kicked = tc->poll_owned && tc->shm_rx && shm_kicked(tc);
 	rx = !tc->poll_owned || tc->rx_kicked || shm_broken(tc);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	if (tc->nfaults || tc->tx_written)
 		tcp_tx_faults(tc);
 	if (rx && !tc->rx_kicked)
@@ -661,7 +661,7 @@ static void tcp_on_timer(struct sr_timer *t)
 {
 	struct tcp_chan *tc = container_of(t, struct tcp_chan, timer);
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP) {
 		if (tc->tx_gate && !tc->tx_gate_rtr) {
 			/* the peer did not speak first: speak anyway */
@@ -678,7 +678,7 @@ static void tcp_on_timer(struct sr_timer *t)
 		tcp_setup_timer_locked(tc);		/* tcp_setup.c; unlocks */
 		return;
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 void tune_socket(int fd, const struct sr_qp *qp)
@@ -836,13 +836,13 @@ void chan_tcp_unpoll(struct sr_context *ctx, struct sr_cq *cq)
 	for (int i = 0; i < n; i++) {
 		struct tcp_chan *tc = owned[i];
 
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		if (tc->state == TS_UP && !tc->closed && tc->poll_owned && tc->qp &&
 		    (tc->qp->scq == cq || tc->qp->rcq == cq)) {
 			atomic_store_explicit(&tc->rx_poll_ns, 0, memory_order_relaxed);
 			poll_check_locked(tc);
 		}
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		chan_put(&tc->ch);
 	}
 }

@@ -25,10 +25,10 @@
  * hand-connected stream raises (a disconnect is no fault). */
 static void cm_qp_error(struct sr_qp *qp)
 {
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
 		qp_to_error_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }
 
 void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly)
@@ -37,31 +37,31 @@ void tcp_cm_ended(struct tcp_chan *tc, struct sr_qp *qp, bool orderly)
 	void *arg;
 
 	cm_qp_error(qp);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	cb = tc->cm_ended;
 	arg = tc->cm_arg;
 	tc->cm_ended = NULL;
 	tc->cm_busy = cb != NULL;
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	if (!cb)
 		return;
 	cb(arg, orderly);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->cm_busy = false;
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 /* No ended() call runs or will run after this. */
 static void cm_quiet(struct tcp_chan *tc)
 {
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->cm_ended = NULL;
 	while (tc->cm_busy) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		sched_yield();
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct sr_chan **out)
@@ -78,7 +78,7 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	if (!tc)
 		return -ENOMEM;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->cm = true;
 	tc->cm_ended = p->ended;
 	tc->cm_arg = p->arg;
@@ -124,24 +124,24 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 	/* UP before the progress thread can see it: its first event must
 	 * find a data stream, not a handshake. */
 	set_state(tc, TS_UP);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->chan || qp->dying || qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE) {
 		ret = qp->chan ? -EBUSY : -EINVAL;
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		goto err_unlist;
 	}
 	qp->cm = true;
 	chan_get(&tc->ch);			/* the QP's reference */
 	qp->chan = &tc->ch;
 	tune_socket(p->fd, qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (progress_add(t->pg, &tc->pl, EPOLLIN)) {
 		tc->cm_ended = NULL;	/* the caller learns from the return */
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		/* Attached: the QP's own teardown closes the socket now. */
 		tcp_fail(tc, "epoll");
 		*out = NULL;
@@ -152,14 +152,14 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 		tcp_timer_arm_locked(tc, tc->tx_gate_init ? INIT_GATE_NS : TX_GATE_NS);
 	shm_offer_locked(tc, !p->responder);
 	tcp_flush_locked(tc);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 
 	sr_dbg("tcp %p QP %#x: CM stream up (crc %d ext %d ird %u ord %u)", (void *)tc,
 	       tc->local_qpn, tc->crc, tc->ext, tc->ird, tc->ord);
 	/* Work posted before the stream existed can go now. */
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp_sq_progress_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	qp_kick(qp);
 	/* Bytes that came with the MPA frame are read already: epoll will
 	 * not announce them again. */
@@ -171,12 +171,12 @@ int chan_tcp_cm_attach(struct sr_qp *qp, const struct chan_cm_params *p, struct 
 
 err_unlist:
 	/* The caller keeps the socket on failure. */
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->pl.fd = -1;
 	tc->cm_ended = NULL;
 	tc->qp = NULL;
 	set_state(tc, TS_DEAD);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	tcp_unlist(tc);
 	return ret;
 }
@@ -191,7 +191,7 @@ void chan_tcp_cm_disconnect(struct sr_chan *ch)
 	/* What already arrived is the application's, as on tcp_close. */
 	if (mine)
 		tcp_rx(tc);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	qp = tc->closed ? NULL : tc->qp;
 	if (qp)
 		qp_get(qp);
@@ -208,9 +208,9 @@ void chan_tcp_cm_disconnect(struct sr_chan *ch)
 		tx_busy_locked(tc);
 		tcp_drain_locked(tc);
 	}
-	pthread_mutex_unlock(&tc->lock);
-	pthread_mutex_lock(&tc->rx_lock);
-	pthread_mutex_unlock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->lock);
+	sr_mutex_lock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->rx_lock);
 	tcp_shut(tc);
 	/* The dead channel stays attached until the QP is destroyed or
 	 * reset (qp_unlink then closes it), as after a lost stream. */

@@ -204,13 +204,13 @@ ssize_t direct_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr
 	} else {
 		uint32_t msn;
 
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		if (FIFO_EMPTY(tc, rd_out)) {
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			return -EBADMSG;
 		}
 		msn = *FIFO_FRONT(tc, rd_out);
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		n = qp_place_read(qp, msn, h->to, (uint32_t)paylen, d->iov, d->refs, SR_MAX_SGE);
 	}
 	if (n == -EAGAIN)

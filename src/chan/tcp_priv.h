@@ -125,8 +125,8 @@ struct tcp_chan {
 	struct sr_timer timer;
 	/* Receive state is used by one thread at a time: the progress
 	 * thread, or a program thread polling an empty CQ (rx_lock). */
-	pthread_mutex_t rx_lock;
-	pthread_mutex_t lock;		/* everything below */
+	sr_mutex rx_lock;
+	sr_mutex lock;			/* everything below */
 	enum tcp_state state;
 	bool closed;			/* detached from its QP */
 	/* tcp_shut has begun (set once, under lock); shut_done when it has

@@ -80,15 +80,15 @@ struct sr_msg *tagged_msg(struct tcp_chan *tc, const struct ddp_hdr *h, uint32_t
 	} else {
 		/* READ responses come back in the order of the requests (RFC
 		 * 5040 §5.1): they answer the oldest outstanding READ. */
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		if (FIFO_EMPTY(tc, rd_out)) {
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			return NULL;
 		}
 		msn = *FIFO_FRONT(tc, rd_out);
 		if (h->last)
 			FIFO_POP(tc, rd_out);
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 	}
 	m = msg_alloc(len);
 	if (!m)
@@ -151,9 +151,9 @@ static bool rsp_push(struct tcp_chan *tc, const struct rsp_ctx *rc)
 {
 	bool ok;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	ok = FIFO_PUSH(tc, rsp, rc);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return ok;
 }
 
@@ -610,9 +610,9 @@ staged:
 /* The initiator's first bytes are in: what we held back may go. */
 static void open_tx_gate(struct tcp_chan *tc)
 {
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->tx_gate = false;
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	tcp_kick_now(tc);
 }
 
@@ -651,14 +651,14 @@ static bool kicked_defer(struct tcp_chan *tc, bool owed_before)
 {
 	bool defer;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	defer = ((tc->rx_kicked && tc->poll_owned) || (!tc->shm_rx && poller_active(tc))) &&
 		!owed_before && tc->state == TS_UP &&
 		!tc->closed && tc->ack_pending && only_ack_owed(tc);
 	tc->rx_kicked = false;
 	if (defer)
 		tcp_timer_arm_locked(tc, SHM_KICK_ACK_NS);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return defer;
 }
 
@@ -685,7 +685,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 	bool locked = true;		/* (the first round's check is made
 					 * under this lock) */
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	owed_before = tc->ack_pending;
 	tc->rx_poller = poller;
 
@@ -701,27 +701,27 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		out.ack = out.answers = false;
 		out.ack_msn = 0;
 		if (!locked)
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 		locked = false;
 		if (tc->state != TS_UP || tc->closed) {
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			return NULL;
 		}
 		if (!poller && rounds && rounds % POLL_YIELD_ROUNDS == 0 && leave_to_poller_locked(tc)) {
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			tcp_kick_now(tc);	/* (answers owed so far) */
 			return NULL;
 		}
 		qp = tc->qp;
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		/* Back-pressure: with too much parked at the QP, read no more
 		 * until receives are posted (tcp_kick resumes). */
 		if (!tc->dr.active && qp_rx_congested(qp)) {
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 			tc->rx_paused = true;
 			tx_busy_locked(tc);
 			want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			tcp_kick_now(tc);	/* answers owed so far go now */
 			return NULL;
 		}
@@ -796,9 +796,9 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		if (got && tc->shm_rx && shm_pulls_sent(tc)) {
 			/* a payload of ours the peer found gone fails its WQE
 			 * before the peer's answer to it settles it */
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 			shm_faults_locked(tc);
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			if (tc->nfaults)
 				tcp_tx_faults(tc);
 		}
@@ -825,15 +825,15 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 		if (got)
 			qp_rx_many(qp, out.m, out.n, out.ack ? &out.ack_msn : NULL);
 		if (got && !poller && !out.n && !tc->shm_rx && qp_awaits_nothing(qp)) {
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 			poll_release_locked(tc);
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 		}
 		if (tc->rx_ans_new && !(poller && got && !eof && !perr)) {
 			/* (a poller's pass does it below, with its other look) */
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 			ans_apply_locked(tc);
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 		}
 		if (perr) {
 			/* RFC 5040 §5.3: a malformed frame ends the stream
@@ -870,7 +870,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			/* (TCP: a lone ACK that completed all the QP awaited) */
 			bool defer, idle = !tc->shm_rx && !out.n && qp_awaits_nothing(qp);
 
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 			ans_apply_locked(tc);
 			if (idle || (!tc->shm_rx && rx_write_under_way(tc) && qp_awaits_nothing(qp)))
 				poll_release_locked(tc);
@@ -881,7 +881,7 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				tcp_timer_arm_locked(tc, SHM_KICK_ACK_NS);
 			if (!defer && tc->state == TS_UP && !tc->closed)
 				tcp_flush_locked(tc);
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			if (!defer)
 				tcp_kick(&tc->ch);
 			return NULL;
@@ -901,9 +901,9 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				 * program may not poll for it (it may watch memory):
 				 * not left to a poller (nor by the progress thread's
 				 * read that handed the stream to one) */
-				pthread_mutex_lock(&tc->lock);
+				sr_mutex_lock(&tc->lock);
 				poll_release_locked(tc);
-				pthread_mutex_unlock(&tc->lock);
+				sr_mutex_unlock(&tc->lock);
 			}
 			return NULL;
 		}
@@ -925,10 +925,10 @@ void tcp_rx(struct tcp_chan *tc)
 {
 	const char *why;
 
-	pthread_mutex_lock(&tc->rx_lock);
+	sr_mutex_lock(&tc->rx_lock);
 	why = tcp_rx_locked(tc, false);
 	rx_mark_update(tc);
-	pthread_mutex_unlock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);
 }
@@ -938,7 +938,7 @@ const char *tcp_rx_pass(struct tcp_chan *tc, bool nosleep, bool *onesided, bool 
 {
 	const char *why;
 
-	pthread_mutex_lock(&tc->rx_lock);
+	sr_mutex_lock(&tc->rx_lock);
 	tc->rx_nosleep = nosleep;
 	tc->rx_onesided = tc->rx_twosided = false;
 	why = tcp_rx_locked(tc, false);
@@ -947,7 +947,7 @@ const char *tcp_rx_pass(struct tcp_chan *tc, bool nosleep, bool *onesided, bool 
 	*shm = tc->shm_rx;
 	rx_mark_update(tc);
 	*mark = atomic_load_explicit(&tc->rx_mark, memory_order_relaxed);
-	pthread_mutex_unlock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->rx_lock);
 	return why;
 }
 
@@ -955,11 +955,11 @@ void tcp_rx_try(struct tcp_chan *tc)
 {
 	const char *why;
 
-	if (pthread_mutex_trylock(&tc->rx_lock))
+	if (sr_mutex_trylock(&tc->rx_lock))
 		return;
 	why = tcp_rx_locked(tc, false);
 	rx_mark_update(tc);
-	pthread_mutex_unlock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);
 }
@@ -968,7 +968,7 @@ void tcp_rx_poll(struct tcp_chan *tc)
 {
 	const char *why;
 
-	if (pthread_mutex_trylock(&tc->rx_lock))
+	if (sr_mutex_trylock(&tc->rx_lock))
 		return;
 	why = tcp_rx_locked(tc, true);
 	rx_mark_update(tc);
@@ -978,7 +978,7 @@ void tcp_rx_poll(struct tcp_chan *tc)
 		tc->rx_placed = false;
 		atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&tc->rx_lock);
+	sr_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);
 }

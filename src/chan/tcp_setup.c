@@ -126,16 +126,16 @@ static void dial_retry_or_fail(struct tcp_chan *tc, const char *why)
 	int fd;
 
 	if (progress_now_ns() >= tc->deadline) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		tcp_fail(tc, why);
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		return;
 	}
 	/* Try again shortly: the peer's process may not be there yet. */
 	fd = tc->pl.fd;
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	progress_del(tc->tctx->pg, &tc->pl);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD)
 		return;		/* shut meanwhile (the QP is being destroyed):
 				 * tcp_shut closes the socket, and the stream
@@ -185,9 +185,9 @@ static void on_req_sent(struct tcp_chan *tc, uint32_t events)
 		return;
 	}
 	if (f.reject) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		tcp_fail(tc, "peer rejected the connection (no such QP)");
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		return;
 	}
 	tc->ext = want_ext() && sr_hello_decode(f.pd, f.pd_len, &h) > 0 &&
@@ -219,15 +219,15 @@ static struct sr_qp *match_qp(struct sr_tcp_ctx *t, const struct sr_hello *h, bo
 	pthread_mutex_unlock(&ctx->lock);
 	if (!qp)
 		return NULL;
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->state >= IBV_QPS_RTR && qp->state <= IBV_QPS_SQE && !qp->chan &&
 	    qp->attr.dest_qp_num == h->src_qpn) {
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		return qp;
 	}
 	/* Not there yet (the peer may dial before we reach RTR): hold. */
 	*wait = qp->state < IBV_QPS_RTR && !qp->chan;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	qp_put(qp);
 	return NULL;
 }
@@ -252,9 +252,9 @@ static bool accept_try(struct tcp_chan *tc)
 		tc->fail_after_hs = true;
 		set_state(tc, TS_REQ_SENT);
 		if (hs_write(tc)) {
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			tcp_fail(tc, "rejected");
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 		}
 		return false;
 	}
@@ -263,29 +263,29 @@ static bool accept_try(struct tcp_chan *tc)
 	tc->rc = qp_type_reliable(qp->ibqp.qp_base.qp_type);
 	tc->qp = qp;
 	chan_get(&tc->ch);			/* the QP's reference */
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	/* Checked again where it counts: the program may be destroying the
 	 * QP right now (qp_destroy marks it dying under its lock before it
 	 * looks for a channel to close). A stream attached after that look
 	 * would hold the QP's reference for ever (a leak ASan found in
 	 * test_xrc tcp_no_ext, 1 run in 10) and point at a freed QP. */
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	attached = !qp->dying && !qp->chan && qp->state >= IBV_QPS_RTR &&
 		   qp->state <= IBV_QPS_SQE;
 	if (attached)
 		qp->chan = &tc->ch;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (!attached) {
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		tc->qp = NULL;
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		chan_put(&tc->ch);		/* never given to the QP */
 		qp_put(qp);
 		tcp_fail(tc, "the QP went away while the stream was accepted");
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		return false;
 	}
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	/* Unless shut meanwhile (the QP destroyed as soon as it had the
 	 * stream): a DEAD stream stays dead. */
 	if (tc->state != TS_DEAD) {
@@ -293,14 +293,14 @@ static bool accept_try(struct tcp_chan *tc)
 		hs_write(tc);
 		tcp_up_locked(tc);
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	/* Work posted before the stream existed can go now. */
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp_sq_progress_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	qp_kick(qp);
 	qp_put(qp);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	return true;
 }
 
@@ -317,9 +317,9 @@ static void on_accepted(struct tcp_chan *tc, uint32_t events)
 		/* Not a softrnic peer connecting a QP by hand: RDMA CM
 		 * connections to this port are not ours (they go to the
 		 * application's own CM port). */
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		tcp_fail(tc, "not a softrnic hello");
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		return;
 	}
 	tc->local_qpn = h.dst_qpn;
@@ -373,17 +373,17 @@ void tcp_accept(struct sr_pollable *p, uint32_t events)
 			close(fd);
 			continue;
 		}
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		tc->state = TS_ACCEPTED;
 		tc->events = EPOLLIN;
 		tc->deadline = progress_now_ns() + HS_TIMEOUT_NS;
 		if (progress_add(t->pg, &tc->pl, EPOLLIN)) {
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			tcp_fail(tc, "epoll");
 			continue;
 		}
 		tcp_timer_arm_locked(tc, HS_TIMEOUT_NS);
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 	}
 }
 
@@ -398,7 +398,7 @@ void tcp_setup_event_locked(struct tcp_chan *tc, uint32_t events)
 	case TS_REQ_SENT:
 		if (tc->fail_after_hs) {
 			if (hs_write(tc) || (events & (EPOLLHUP | EPOLLERR))) {
-				pthread_mutex_unlock(&tc->lock);
+				sr_mutex_unlock(&tc->lock);
 				tcp_fail(tc, "rejected");
 				return;
 			}
@@ -408,7 +408,7 @@ void tcp_setup_event_locked(struct tcp_chan *tc, uint32_t events)
 		if (tc->state == TS_UP) {
 			bool rx = tc->rlen != 0;
 
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			/* FPDUs that came in with the MPA reply are already
 			 * read: epoll will not announce them again. */
 			if (rx)
@@ -424,7 +424,7 @@ void tcp_setup_event_locked(struct tcp_chan *tc, uint32_t events)
 		char b;
 
 		if (recv(tc->pl.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			tcp_fail(tc, "peer gave up");
 			return;
 		}
@@ -433,7 +433,7 @@ void tcp_setup_event_locked(struct tcp_chan *tc, uint32_t events)
 	default:
 		break;
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 /* The stream's timer while it is being set up: dial again, or give up.
@@ -443,11 +443,11 @@ void tcp_setup_timer_locked(struct tcp_chan *tc)
 	if (tc->state == TS_DIALING && tc->pl.fd < 0) {
 		dial_start(tc);
 	} else if (tc->state != TS_UP && tc->state != TS_DEAD) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		tcp_fail(tc, "connection setup timed out");
 		return;
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 }
 
 /* ---- public ------------------------------------------------------------- */
@@ -491,7 +491,7 @@ int chan_tcp_connect(struct sr_qp *qp)
 
 	if (!t)
 		return -ENOMEM;
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	peer_qpn = qp->attr.dest_qp_num;
 	global = qp->attr.ah_attr.is_global;
 	if (global)
@@ -499,7 +499,7 @@ int chan_tcp_connect(struct sr_qp *qp)
 	n = dev_query_gids(gids, SR_GID_TBL_LEN);
 	if (global && qp->attr.ah_attr.grh.sgid_index < n)
 		me = gids[qp->attr.ah_attr.grh.sgid_index];
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 
 	/* Without a GRH there is no IP address to reach: the peer is on
 	 * this host (a program connecting by LID on one machine). */
@@ -522,7 +522,7 @@ int chan_tcp_connect(struct sr_qp *qp)
 	if (!tc)
 		return -ENOMEM;
 	chan_get(&tc->ch);			/* the QP's reference */
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->dialer = true;
 	tc->rc = qp_type_reliable(qp->ibqp.qp_base.qp_type);
 	/* Only a softrnic peer connects QPs by hand (an iWARP peer needs
@@ -539,15 +539,15 @@ int chan_tcp_connect(struct sr_qp *qp)
 	gid_to_sockaddr(&peer_gid, (uint16_t)(peer_qpn >> 8), me.ifindex, &tc->peer, &tc->peerlen);
 	tc->deadline = progress_now_ns() + HS_TIMEOUT_NS;
 	tc->state = TS_DIALING;
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp->chan = &tc->ch;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	dial_start(tc);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return 0;
 }
 
@@ -571,10 +571,10 @@ void chan_tcp_qp_ready(struct sr_context *ctx)
 	}
 	pthread_mutex_unlock(&t->lock);
 	for (int i = 0; i < n; i++) {
-		pthread_mutex_lock(&held[i]->lock);
+		sr_mutex_lock(&held[i]->lock);
 		if (held[i]->state == TS_HELD)
 			accept_try(held[i]);
-		pthread_mutex_unlock(&held[i]->lock);
+		sr_mutex_unlock(&held[i]->lock);
 		chan_put(&held[i]->ch);
 	}
 }

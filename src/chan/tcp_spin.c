@@ -98,9 +98,9 @@ void tcp_rx_spin(struct tcp_chan *tc)
 			if (!shm || (n & 63) == 0) {
 				bool owned;
 
-				pthread_mutex_lock(&tc->lock);
+				sr_mutex_lock(&tc->lock);
 				owned = tc->poll_owned || tc->state != TS_UP || tc->closed;
-				pthread_mutex_unlock(&tc->lock);
+				sr_mutex_unlock(&tc->lock);
 				if (owned)
 					return;	/* (a poller asks for no wakeup) */
 				/* On TCP, answers that wait for room in the

@@ -439,7 +439,7 @@ void tcp_tx_faults(struct tcp_chan *tc)
 	struct sr_qp *qp;
 	int n;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	n = tc->nfaults;
 	memcpy(f, tc->faults, sizeof(f));
 	tc->nfaults = 0;
@@ -449,7 +449,7 @@ void tcp_tx_faults(struct tcp_chan *tc)
 	qp = tc->closed ? NULL : tc->qp;
 	if (qp && (n || any_written))
 		qp_get(qp);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	if (!qp || (!n && !any_written))
 		return;
 	for (int i = 0; i < n; i++)
@@ -674,9 +674,9 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	struct tcp_chan *tc = to_tc(ch);
 	bool req;
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD || tc->closed) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		msg_free(m);
 		return -ENOTCONN;
 	}
@@ -689,12 +689,12 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK && tc->ext) {
 		tc->ack_pending = true;
 		tc->ack_msn = m->msn;
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		msg_free(m);
 		return 0;
 	}
 	if (m->op == SR_MSG_ACK && m->status == SR_ST_OK) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		msg_free(m);
 		return 0;
 	}
@@ -709,7 +709,7 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m)
 		else if (!tc->rx_paused && !tc->nfaults && !tc->tx_written)
 			atomic_store_explicit(&tc->tx_held, true, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return 0;
 }
 
@@ -729,7 +729,7 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 
 	if (r->len > SR_SMALL_MAX)
 		return -EAGAIN;
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	/* (requests also wait out a hold and the faults to report first) */
 	if (!small_ok_locked(tc) || tc->shm_hold_until || tc->nfaults || tc->tx_written)
 		goto again;
@@ -775,10 +775,10 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 	/* (the write may have found faults of earlier records to report) */
 	atomic_store_explicit(&tc->tx_idle, !tc->rx_paused && !tc->nfaults && !tc->tx_written,
 			      memory_order_relaxed);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return 0;
 again:
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return -EAGAIN;
 }
 
@@ -787,9 +787,9 @@ int tcp_ack(struct sr_chan *ch, uint32_t msn)
 {
 	struct tcp_chan *tc = to_tc(ch);
 
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_DEAD || tc->closed) {
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		return -ENOTCONN;
 	}
 	tx_busy_locked(tc);
@@ -798,16 +798,16 @@ int tcp_ack(struct sr_chan *ch, uint32_t msn)
 		tc->ack_pending = true;
 		tc->ack_msn = msn;
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return 0;
 }
 
 void tcp_kick_now(struct tcp_chan *tc)
 {
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP && !tc->closed)
 		tcp_flush_locked(tc);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	tcp_kick(&tc->ch);
 }
 
@@ -839,7 +839,7 @@ void tcp_kick(struct sr_chan *ch)
 	if (atomic_load_explicit(&tc->tx_idle, memory_order_acquire) ||
 	    atomic_load_explicit(&tc->tx_held, memory_order_acquire))
 		return;
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP && !tc->closed) {
 		if (!tx_hold(tc))
 			tcp_flush_locked(tc);
@@ -849,16 +849,16 @@ void tcp_kick(struct sr_chan *ch)
 			qp_get(qp);
 		}
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	if (tc->nfaults || tc->tx_written)
 		tcp_tx_faults(tc);
 	/* Receives may have been posted: read again if the backlog let us. */
 	if (resume) {
 		if (!qp_rx_congested(qp)) {
-			pthread_mutex_lock(&tc->lock);
+			sr_mutex_lock(&tc->lock);
 			tc->rx_paused = false;
 			want(tc, tc->events | rx_events(tc));
-			pthread_mutex_unlock(&tc->lock);
+			sr_mutex_unlock(&tc->lock);
 			tcp_rx_try(tc);
 		}
 		qp_put(qp);

@@ -76,24 +76,24 @@ static bool wait_event(struct waited *w)
 	if (w->shm && read(w->fd, &v, sizeof(v)) < 0) {
 		/* EAGAIN: nothing written since the last read */
 	}
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	up = tc->state == TS_UP && !tc->closed;
 	if (up) {
 		tcp_flush_locked(tc);
 		if (w->shm)
 			(void)shm_kicked(tc);	/* (a kick asks for a read: we read) */
 	}
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	if (!up)
 		return false;
 	chan_stat_inc(&chan_stats.rx_waited);
 	if (tc->nfaults || tc->tx_written)
 		tcp_tx_faults(tc);
 	tcp_rx(tc);
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	/* (a socket held back, or ended, stays readable: not ours to poll) */
 	up = tc->state == TS_UP && !tc->closed && (w->shm || !tc->rx_paused);
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	return up;
 }
 
@@ -125,7 +125,7 @@ static int wait_take(struct sr_tcp_ctx *t, const struct ibv_comp_channel *chan, 
 		bool shm = false;
 		int fd = -1;
 
-		pthread_mutex_lock(&tc->lock);
+		sr_mutex_lock(&tc->lock);
 		if (wait_match(tc, chan)) {
 			shm = tc->shm_rx;
 			fd = fcntl(shm ? tc->epl.fd : tc->pl.fd, F_DUPFD_CLOEXEC, 0);
@@ -146,7 +146,7 @@ static int wait_take(struct sr_tcp_ctx *t, const struct ibv_comp_channel *chan, 
 				fd = -1;
 			}
 		}
-		pthread_mutex_unlock(&tc->lock);
+		sr_mutex_unlock(&tc->lock);
 		if (fd < 0) {
 			chan_put(&tc->ch);
 			continue;
@@ -164,7 +164,7 @@ static void wait_give_back(struct waited *w)
 	if (!w->held)
 		return;
 	w->held = false;
-	pthread_mutex_lock(&tc->lock);
+	sr_mutex_lock(&tc->lock);
 	tc->rx_waiter = false;
 	if (tc->state == TS_UP && !tc->closed && !wait_watch_locked(tc, w->shm, true) && w->shm &&
 	    ((mark & 1) || !shm_rx_idle_at(tc, mark)))
@@ -172,7 +172,7 @@ static void wait_give_back(struct waited *w)
 					 * (it stopped early): the progress
 					 * thread's now (a socket's input is
 					 * seen at once: level-triggered) */
-	pthread_mutex_unlock(&tc->lock);
+	sr_mutex_unlock(&tc->lock);
 	close(w->fd);
 	chan_put(&tc->ch);
 }

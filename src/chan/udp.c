@@ -229,9 +229,9 @@ static void udp_tx_resume(struct sr_udp_ctx *u)
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	for (int i = 0; i < n; i++) {
-		pthread_mutex_lock(&list[i]->lock);
+		sr_mutex_lock(&list[i]->lock);
 		ud_sq_progress_locked(list[i]);
-		pthread_mutex_unlock(&list[i]->lock);
+		sr_mutex_unlock(&list[i]->lock);
 		qp_put(list[i]);
 	}
 }

@@ -19,6 +19,7 @@
 
 #include "core/util.h"
 #include "core/evq.h"
+#include "core/lock.h"
 
 /* ---- device limits (reported by ibv_query_device and enforced) ---------- */
 #define SR_MAX_QP	254	/* QPN slots 1..254 per context; see DESIGN 4 */
@@ -485,7 +486,7 @@ struct sr_cqe {
 
 struct sr_cq {
 	struct ibv_cq_ex ibcq;		/* ibv_cq is its prefix */
-	pthread_mutex_t lock;
+	sr_mutex lock;
 	struct sr_cqe *ring;
 	uint32_t size;			/* slots = cqe + 1 */
 	uint32_t head, tail;		/* free-running */

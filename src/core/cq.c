@@ -52,7 +52,7 @@ int cq_create_pd(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 		free(cq);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&cq->lock, NULL);
+	sr_mutex_init(&cq->lock);
 	cq->ibcq.context = &ctx->vctx.context;
 	cq->ibcq.channel = ch ? &ch->ibch : NULL;
 	cq->ibcq.cqe = cqe;
@@ -89,7 +89,7 @@ int cq_destroy(struct sr_cq *cq)
 		pd_put(cq->pd);
 	atomic_fetch_sub(&ctx->ncq, 1);
 	chan_tcp_cq_forget(cq);
-	pthread_mutex_destroy(&cq->lock);
+	sr_mutex_destroy(&cq->lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
 	pd_buf_free(cq->pd, cq->ring, SR_RES_TYPE_CQ, cq->ring_custom);
@@ -110,10 +110,10 @@ int cq_resize(struct sr_cq *cq, int cqe)
 	nr = pd_buf_alloc(cq->pd, cq_slots(cqe) * sizeof(*nr), SR_RES_TYPE_CQ, &custom);
 	if (!nr)
 		return -ENOMEM;
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	n = cq->tail - cq->head;
 	if ((uint32_t)cqe < n) {
-		pthread_mutex_unlock(&cq->lock);
+		sr_mutex_unlock(&cq->lock);
 		pd_buf_free(cq->pd, nr, SR_RES_TYPE_CQ, custom);
 		return -EINVAL;
 	}
@@ -127,7 +127,7 @@ int cq_resize(struct sr_cq *cq, int cqe)
 	cq->head = 0;
 	cq->tail = n;
 	cq->ibcq.cqe = cqe;
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 	pd_buf_free(cq->pd, old, SR_RES_TYPE_CQ, old_custom);
 	return 0;
 }
@@ -155,18 +155,18 @@ int cq_push_sq(struct sr_cq *cq, const struct ibv_wc *wc, struct sr_qp *qp, uint
 
 void cq_forget_qp(struct sr_cq *cq, struct sr_qp *qp)
 {
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	for (uint32_t i = cq->head; i != cq->tail; i++)
 		if (cq->ring[i & (cq->size - 1)].sq_qp == qp)
 			cq->ring[i & (cq->size - 1)].sq_qp = NULL;
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 }
 
 void cq_clean_qp(struct sr_cq *cq, uint32_t qp_num)
 {
 	uint32_t w;
 
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	w = cq->head;
 	for (uint32_t r = cq->head; r != cq->tail; r++) {
 		struct sr_cqe *e = &cq->ring[r & (cq->size - 1)];
@@ -178,7 +178,7 @@ void cq_clean_qp(struct sr_cq *cq, uint32_t qp_num)
 		w++;
 	}
 	cq->tail = w;
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 }
 
 static inline void cqe_reap(struct sr_cqe *e)
@@ -195,7 +195,7 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 	bool notify = false, overflow = false;
 	struct sr_cqe *e;
 
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	if (cq->tail - cq->head >= (uint32_t)cq->ibcq.cqe) {
 		/* IBTA 11.4.2.1: overflow is a CQ error, reported async;
 		 * IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN asked for none. Either
@@ -203,7 +203,7 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 		 * its poll would have freed them, so the SQ goes on. */
 		overflow = !cq->overflowed && !cq->ignore_overrun;
 		cq->overflowed = true;
-		pthread_mutex_unlock(&cq->lock);
+		sr_mutex_unlock(&cq->lock);
 		if (qp)
 			qp_sq_reaped(qp, upto);
 		if (overflow) {
@@ -225,7 +225,7 @@ static int cq_add(struct sr_cq *cq, const struct ibv_wc *wc, bool solicited,
 		cq->armed = 0;
 		notify = ch != NULL;
 	}
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 	if (notify)
 		evq_push(&ch->evq, cq, 0, 0);
 	return 0;
@@ -240,7 +240,7 @@ void cq_push_many(struct sr_cq *cq, const struct ibv_wc *wc, int n, bool solicit
 	uint64_t ts = stamp ? now_ns() : 0;
 	int i;
 
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	for (i = 0; i < n; i++) {
 		struct sr_cqe *e;
 
@@ -262,7 +262,7 @@ void cq_push_many(struct sr_cq *cq, const struct ibv_wc *wc, int n, bool solicit
 		cq->armed = 0;
 		notify = ch != NULL;
 	}
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 	if (overflow) {
 		sr_warn("CQ %p overflow", (void *)cq);
 		ctx_async_event(to_ctx(cq->ibcq.context), cq, IBV_EVENT_CQ_ERR);
@@ -299,7 +299,7 @@ int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 		if (cq_empty(cq))
 			return 0;
 	}
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	while (i < n && cq->head != cq->tail) {
 		struct sr_cqe *e = &cq->ring[cq->head & (cq->size - 1)];
 
@@ -307,7 +307,7 @@ int cq_poll(struct sr_cq *cq, int n, struct ibv_wc *wc)
 		cqe_reap(e);
 		cq->head++;
 	}
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 	return i;
 }
 
@@ -318,13 +318,13 @@ int cq_arm(struct sr_cq *cq, int solicited_only)
 	/* The program will sleep until an event: nobody polls any more. */
 	if (ctx->tcp && ctx->owner == sr_getpid())
 		chan_tcp_unpoll(ctx, cq);
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	/* Arming for "next" wins over "solicited" (ibv_req_notify_cq(3)). */
 	if (!solicited_only)
 		cq->armed = 1;
 	else if (cq->armed != 1)
 		cq->armed = 2;
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 	return 0;
 }
 
@@ -352,9 +352,9 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 		if (cq_empty(cq))
 			return ENOENT;
 	}
-	pthread_mutex_lock(&cq->lock);
+	sr_mutex_lock(&cq->lock);
 	if (cq->head == cq->tail) {
-		pthread_mutex_unlock(&cq->lock);
+		sr_mutex_unlock(&cq->lock);
 		return ENOENT;
 	}
 	ex_load(cq);
@@ -376,7 +376,7 @@ static void ex_end_poll(struct ibv_cq_ex *ibcq)
 	struct sr_cq *cq = ex_cq(ibcq);
 
 	cq->cur = NULL;
-	pthread_mutex_unlock(&cq->lock);
+	sr_mutex_unlock(&cq->lock);
 }
 
 #define CUR(ibcq) (ex_cq(ibcq)->cur->wc)

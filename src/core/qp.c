@@ -197,7 +197,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *ua, struct sr_
 		memset(&qp->cap, 0, sizeof(qp->cap));
 	else if (a->qp_type == IBV_QPT_XRC_SEND)
 		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
-	pthread_mutex_init(&qp->lock, NULL);
+	sr_mutex_init(&qp->lock);
 	sr_list_init(&qp->rx_pending);
 	atomic_init(&qp->refs, 1);
 	qp->state = IBV_QPS_RESET;
@@ -255,7 +255,7 @@ int qp_create(struct sr_context *ctx, struct ibv_qp_init_attr_ex *ua, struct sr_
 
 err_raw:
 	raw_qp_fini(qp);
-	pthread_mutex_destroy(&qp->lock);
+	sr_mutex_destroy(&qp->lock);
 err_queues:
 	rq_free(&qp->rq);
 	free(qp->inl_buf);
@@ -272,18 +272,18 @@ static void qp_unlink(struct sr_qp *qp)
 {
 	struct sr_chan *ch;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	ch = qp->chan;
 	if (ch)
 		chan_get(ch);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (!ch)
 		return;
 	chan_close(ch);
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->chan == ch)
 		qp->chan = NULL;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	chan_put(ch);
 }
 
@@ -299,9 +299,9 @@ int qp_destroy(struct sr_qp *qp)
 	pthread_mutex_unlock(&ctx->lock);
 	/* ... and under its own lock, before qp_unlink looks for a channel:
 	 * a stream attaching checks it there (tcp_setup.c accept_try). */
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp->dying = true;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (qp->xdom)
 		xdom_del_tgt(qp->xdom, qp);	/* before the refs drain below */
 
@@ -318,10 +318,10 @@ int qp_destroy(struct sr_qp *qp)
 		progress_timer_cancel(qp->rnr_pg, &qp->rnr_timer);
 		progress_timer_cancel(qp->rnr_pg, &qp->gone_timer);
 	}
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp->state = IBV_QPS_RESET;
 	qp_rx_pending_clear_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	evq_remove_obj(&ctx->async, qp);
 	if (qp->scq) {
 		cq_forget_qp(qp->scq, qp);
@@ -339,7 +339,7 @@ int qp_destroy(struct sr_qp *qp)
 	rq_free(&qp->rq);
 	free(qp->inl_buf);
 	pd_buf_free(qp->pd, qp->sq_buf, SR_RES_TYPE_SQ, qp->sq_custom);
-	pthread_mutex_destroy(&qp->lock);
+	sr_mutex_destroy(&qp->lock);
 	pthread_mutex_destroy(&qp->ibqp.qp_base.mutex);
 	pthread_cond_destroy(&qp->ibqp.qp_base.cond);
 	free(qp);
@@ -459,13 +459,13 @@ static bool peer_is_local(struct sr_qp *qp)
 	union ibv_gid dgid;
 	int n;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (!qp->attr.ah_attr.is_global) {
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		return true;
 	}
 	dgid = qp->attr.ah_attr.grh.dgid;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	n = dev_query_gids(tbl, SR_GID_TBL_LEN);
 	for (int i = 0; i < n; i++)
 		if (!memcmp(&tbl[i].gid, &dgid, sizeof(dgid)))
@@ -499,15 +499,15 @@ static void qp_try_link(struct sr_qp *qp)
 		return;
 	}
 	pthread_mutex_lock(&link_lock);
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (peer != qp)
-		pthread_mutex_lock(&peer->lock);
+		sr_mutex_lock(&peer->lock);
 	if (can_link(qp) && can_link(peer) && peer->attr.dest_qp_num == me &&
 	    types_pair(qp_type(qp), qp_type(peer)))
 		linked = true;
 	if (peer != qp)
-		pthread_mutex_unlock(&peer->lock);
-	pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&peer->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (linked && chan_inproc_connect(qp, peer) != 0)
 		linked = false;
 	pthread_mutex_unlock(&link_lock);
@@ -528,14 +528,14 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 	/* An RSS QP has no state to move (mlx5 refuses too): its WQs have. */
 	if (raw_qp_is_rss(qp))
 		return -EOPNOTSUPP;
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	cur = qp->state;
 	next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
 	ret = qp_check_attr(qp, a, mask);
 	if (!ret && !qp_transition_ok(qp->ibqp.qp_base.qp_type, cur, next, mask))
 		ret = -EINVAL;
 	if (ret) {
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		sr_dbg("QP %#x modify %s -> %s mask %#x rejected",
 		       qp->ibqp.qp_base.qp_num, sr_qp_state_name[cur],
 		       sr_qp_state_name[next], mask);
@@ -572,7 +572,7 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 		}
 	}
 	qp->attr.qp_state = qp->state;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 
 	if (unlink)
 		qp_unlink(qp);
@@ -584,7 +584,7 @@ int qp_modify(struct sr_qp *qp, struct ibv_qp_attr *a, int mask)
 
 int qp_query(struct sr_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
 {
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	*a = qp->attr;
 	a->qp_state = qp->state;
 	a->cur_qp_state = qp->state;
@@ -602,7 +602,7 @@ int qp_query(struct sr_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_in
 		init->qp_type = qp->ibqp.qp_base.qp_type;
 		init->sq_sig_all = qp->sq_sig_all;
 	}
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	(void)mask;
 	return 0;
 }
@@ -616,11 +616,11 @@ void qp_kick(struct sr_qp *qp)
 		return;
 	}
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	ch = qp->chan;
 	if (ch)
 		chan_get(ch);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (ch) {
 		chan_kick(ch);
 		chan_put(ch);
@@ -671,7 +671,7 @@ int qp_open(struct sr_context *ctx, struct ibv_qp_open_attr *a, struct sr_qp **o
 	pthread_cond_init(&h->ibqp.qp_base.cond, NULL);
 	/* The handle itself stays in RESET with no queues: the WR API on
 	 * it fails cleanly (an XRC_RECV QP sends nothing anyway). */
-	pthread_mutex_init(&h->lock, NULL);
+	sr_mutex_init(&h->lock);
 	qp_init_wr_ops(h);
 	qp_put(qp);
 	*out = h;
@@ -700,7 +700,7 @@ int qp_destroy_handle(struct sr_qp *h)
 		}
 	}
 	if (h != qp) {
-		pthread_mutex_destroy(&h->lock);
+		sr_mutex_destroy(&h->lock);
 		pthread_mutex_destroy(&h->ibqp.qp_base.mutex);
 		pthread_cond_destroy(&h->ibqp.qp_base.cond);
 		free(h);

@@ -66,7 +66,7 @@ struct sr_qp {
 	struct sr_pd *pd;
 	struct sr_cq *scq, *rcq;
 	struct sr_srq *srq;
-	pthread_mutex_t lock;		/* everything below */
+	sr_mutex lock;			/* everything below */
 	enum ibv_qp_state state;
 	struct ibv_qp_attr attr;	/* as last modified, for query */
 	struct ibv_qp_cap cap;

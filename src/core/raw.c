@@ -194,12 +194,12 @@ void raw_tx_flush(struct sr_qp *qp)
 	for (;;) {
 		struct sr_msg *m = NULL;
 
-		pthread_mutex_lock(&qp->lock);
+		sr_mutex_lock(&qp->lock);
 		if (!sr_list_empty(&raw->outbox)) {
 			m = container_of(raw->outbox.next, struct sr_msg, link);
 			sr_list_del(&m->link);
 		}
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		if (!m)
 			break;
 		/* the QPs of this process first, then the wire (a NIC's
@@ -290,8 +290,8 @@ void raw_qp_rx(struct sr_qp *qp, const uint8_t *frame, uint32_t len, const struc
 		wq_rx(raw->tbl->wqs[h & (raw->tbl->size - 1)], frame, len);
 		return;
 	}
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->state >= IBV_QPS_RTR && qp->state <= IBV_QPS_SQE && raw_take_rwqe(qp, r))
 		raw_complete(qp->ctx, qp->pd, qp->rcq, r, frame, len, qp->ibqp.qp_base.qp_num);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }

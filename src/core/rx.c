@@ -278,14 +278,14 @@ int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
 {
 	int n = 0;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	/* XRC receives take the staged path (rx_request finds their SRQ),
 	 * and so does all of a context imported from another process: its
 	 * regions may be that process's memory (qp_zcopy_ok). */
 	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || qp->xdom ||
 	    !qp_zcopy_ok(qp) ||
 	    !sr_list_empty(&qp->rx_pending) || !take_rwqe(qp, r)) {
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		return -EAGAIN;
 	}
 	for (uint32_t i = 0; i < r->num_sge && i < (uint32_t)max; i++) {
@@ -297,14 +297,14 @@ int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
 			       IBV_ACCESS_LOCAL_WRITE, false, &refs[n])) {
 			while (n--)
 				mr_release(&refs[n]);
-			pthread_mutex_unlock(&qp->lock);
+			sr_mutex_unlock(&qp->lock);
 			return -EFAULT;
 		}
 		iov[n].iov_base = (void *)refs[n].addr;
 		iov[n].iov_len = s->length;
 		n++;
 	}
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	return n;
 }
 
@@ -313,17 +313,17 @@ int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
 {
 	int ret;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || qp->xdom ||
 	    !qp_zcopy_ok(qp) || !sr_list_empty(&qp->rx_pending)) {
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		return -EAGAIN;
 	}
 	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
 		ret = -EACCES;
 	else
 		ret = mr_resolve(qp->ctx, qp->pd, stag, to, len, IBV_ACCESS_REMOTE_WRITE, true, ref);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	return ret;
 }
 
@@ -371,11 +371,11 @@ int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
 
 	if (!qp_zcopy_ok(qp))
 		return -EAGAIN;
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	w = qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE ? sq_find_sent_locked(qp, msn) : NULL;
 	if (w && w->opcode == IBV_WR_RDMA_READ)
 		ret = read_sink(qp, w, off, len, iov, refs, max);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	return ret;
 }
 
@@ -624,7 +624,7 @@ static void qp_rnr_fire(struct sr_timer *t)
 	struct sr_swqe *w;
 	bool term = false;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	w = qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ?
 		sq_find_sent_locked(qp, qp->rnr_msn) : NULL;
 	if (w) {
@@ -643,7 +643,7 @@ static void qp_rnr_fire(struct sr_timer *t)
 		}
 		sq_settle_locked(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
 	}
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (term)
 		qp_kick(qp);
 }
@@ -796,11 +796,11 @@ void qp_resume_parked(struct sr_qp **list, int n)
 	for (int i = 0; i < n; i++) {
 		bool resumed;
 
-		pthread_mutex_lock(&list[i]->lock);
+		sr_mutex_lock(&list[i]->lock);
 		resumed = !sr_list_empty(&list[i]->rx_pending);
 		if (resumed)
 			qp_rx_resume_locked(list[i]);
-		pthread_mutex_unlock(&list[i]->lock);
+		sr_mutex_unlock(&list[i]->lock);
 		if (resumed)
 			qp_kick(list[i]);
 		qp_put(list[i]);
@@ -861,15 +861,15 @@ bool qp_rx(struct sr_qp *qp, struct sr_msg *m)
 {
 	bool kept;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	kept = qp_rx_locked(qp, m);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	return kept;
 }
 
 void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
 {
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	/* (what qp_rx_locked does with an ACK message of status OK) */
 	if (ack && (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ||
 		    qp->state == IBV_QPS_SQE))
@@ -882,7 +882,7 @@ void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
 	qp->rx_batch = false;
 	ack_release(qp);
 	qp_rx_wc_release(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }
 
 /* Fail the head WQE as a transport retry would, then enter ERROR.
@@ -905,12 +905,12 @@ static void qp_gone_fire(struct sr_timer *t)
 {
 	struct sr_qp *qp = container_of(t, struct sr_qp, gone_timer);
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	/* peer_gone is cleared by a reset: a reconnected QP is not ours */
 	if (qp->peer_gone && qp->sq_head != qp->sq_tail &&
 	    qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
 		qp_fail_retry_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }
 
 /* The peer QP is gone: what is in flight, or posted from now on, fails
@@ -937,37 +937,37 @@ void qp_tx_fault(struct sr_qp *qp, uint32_t msn)
 {
 	struct sr_swqe *w;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	w = sq_find_sent_locked(qp, msn);
 	if (w)
 		sq_settle_locked(qp, w, IBV_WC_LOC_PROT_ERR);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	qp_kick(qp);
 }
 
 void qp_tx_written(struct sr_qp *qp, uint32_t msn)
 {
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
 		sq_ack_upto_locked(qp, msn);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }
 
 void qp_chan_gone(struct sr_qp *qp)
 {
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp->peer_gone = true;
 	if (qp->sq_head != qp->sq_tail)
 		sr_dbg("QP %#x: the peer destroyed its QP with %u WQEs unanswered",
 		       qp->ibqp.qp_base.qp_num, qp->sq_tail - qp->sq_head);
 	if (qp->sq_head != qp->sq_tail && qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
 		qp_gone_arm_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }
 
 void qp_chan_lost(struct sr_qp *qp)
 {
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
 		/* The WQE at the head will never get its answer: it fails as
 		 * a transport retry would; the rest are flushed. */
@@ -980,5 +980,5 @@ void qp_chan_lost(struct sr_qp *qp)
 		qp_to_error_locked(qp);
 		ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_FATAL);
 	}
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }

@@ -807,7 +807,7 @@ int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **
 	struct sr_chan *ch;
 	int ret = 0;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (!sq_state_accepts(qp)) {
 		ret = -EINVAL;
 		*bad = wr;
@@ -829,7 +829,7 @@ out:
 	ch = qp->raw ? NULL : qp->chan;
 	if (ch)
 		chan_get(ch);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (ch) {
 		chan_kick(ch);
 		chan_put(ch);
@@ -850,7 +850,7 @@ int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 	bool resumed = false;
 	int ret = 0;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->srq || qp->state == IBV_QPS_RESET || qp_type(qp) == IBV_QPT_XRC_SEND ||
 	    qp_type(qp) == IBV_QPT_XRC_RECV) {
 		/* ibv_post_recv(3): not on an SRQ-attached QP; RESET refuses;
@@ -875,7 +875,7 @@ int qp_post_recv(struct sr_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 	else
 		qp_rx_resume_locked(qp);
 out:
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	if (resumed)
 		qp_kick(qp);
 	return ret;

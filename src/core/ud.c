@@ -354,16 +354,16 @@ enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8
 	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
 	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	if (qp->ibqp.qp_base.qp_type != IBV_QPT_UD ||
 	    qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE) {
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		return UD_DROP_STATE;
 	}
 	/* IBTA 10.2.5 (C10-15): a datagram whose Q_Key differs from the
 	 * QP's is dropped silently. */
 	if (h->qkey != qp->attr.qkey) {
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		return UD_DROP_QKEY;
 	}
 	/* Datagrams held earlier go first, in order. */
@@ -371,11 +371,11 @@ enum ud_verdict ud_deliver(struct sr_qp *qp, const struct ud_hdr *h, const uint8
 	if (!sr_list_empty(&qp->rx_pending) || !ud_take_rwqe(qp, r)) {
 		bool held = ud_hold_locked(qp, h, payload, g);
 
-		pthread_mutex_unlock(&qp->lock);
+		sr_mutex_unlock(&qp->lock);
 		/* UD has no RNR: past the hold, the datagram is lost. */
 		return held ? UD_HELD : UD_DROP_NO_WQE;
 	}
 	ud_complete_locked(qp, r, h, payload, g);
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	return UD_DELIVERED;
 }

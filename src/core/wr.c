@@ -53,7 +53,7 @@ static void x_start(struct ibv_qp_ex *ibqp)
 {
 	struct sr_qp *qp = xqp(ibqp);
 
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp->wr_begin = qp->sq_tail;
 	qp->wr_err = 0;
 	tb.open = false;
@@ -75,7 +75,7 @@ static int x_complete(struct ibv_qp_ex *ibqp)
 	} else {
 		qp_sq_progress_locked(qp);
 	}
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	qp_kick(qp);
 	return err;
 }
@@ -86,7 +86,7 @@ static void x_abort(struct ibv_qp_ex *ibqp)
 
 	tb.open = false;
 	qp->sq_tail = qp->wr_begin;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 }
 
 static void x_send(struct ibv_qp_ex *q) { wr_new(q, IBV_WR_SEND); }

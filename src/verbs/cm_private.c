@@ -11,9 +11,9 @@ SR_EXPORT int softrnic_qp_set_cm(uint32_t qpn)
 
 	if (!qp)
 		return -ENOENT;
-	pthread_mutex_lock(&qp->lock);
+	sr_mutex_lock(&qp->lock);
 	qp->cm = true;
-	pthread_mutex_unlock(&qp->lock);
+	sr_mutex_unlock(&qp->lock);
 	qp_put(qp);
 	return 0;
 }
