@@ -44,8 +44,8 @@ struct sr_udp_ctx {
 	struct sr_progress *pg;
 	struct sr_pollable pl;		/* the unicast socket */
 	int family;			/* AF_INET6 (dual stack) or AF_INET */
-	pthread_mutex_t rx_lock;	/* rbuf, groups */
-	pthread_mutex_t tx_lock;	/* tx_blocked */
+	sr_mutex rx_lock;		/* rbuf, groups */
+	sr_mutex tx_lock;		/* tx_blocked */
 	bool tx_blocked;
 	struct sr_list groups;
 	uint8_t *rbuf;
@@ -214,10 +214,10 @@ static void udp_tx_resume(struct sr_udp_ctx *u)
 	struct sr_qp *list[SR_MAX_QP];
 	int n = 0;
 
-	pthread_mutex_lock(&u->tx_lock);
+	sr_mutex_lock(&u->tx_lock);
 	u->tx_blocked = false;
 	progress_mod(u->pg, &u->pl, EPOLLIN);
-	pthread_mutex_unlock(&u->tx_lock);
+	sr_mutex_unlock(&u->tx_lock);
 	pthread_mutex_lock(&ctx->lock);
 	for (int i = 1; i <= SR_MAX_QP; i++) {
 		struct sr_qp *qp = ctx->qps[i];
@@ -243,9 +243,9 @@ static void udp_on_event(struct sr_pollable *p, uint32_t events)
 	if (events & EPOLLOUT)
 		udp_tx_resume(u);
 	if (events & (EPOLLIN | EPOLLERR)) {
-		pthread_mutex_lock(&u->rx_lock);
+		sr_mutex_lock(&u->rx_lock);
 		udp_rx_batch_locked(u, p->fd, NULL);
-		pthread_mutex_unlock(&u->rx_lock);
+		sr_mutex_unlock(&u->rx_lock);
 	}
 }
 
@@ -254,9 +254,9 @@ static void group_on_event(struct sr_pollable *p, uint32_t events)
 	struct udp_group *grp = container_of(p, struct udp_group, pl);
 	struct sr_udp_ctx *u = grp->u;
 
-	pthread_mutex_lock(&u->rx_lock);
+	sr_mutex_lock(&u->rx_lock);
 	udp_rx_batch_locked(u, p->fd, grp);
-	pthread_mutex_unlock(&u->rx_lock);
+	sr_mutex_unlock(&u->rx_lock);
 }
 
 void chan_udp_poll(struct sr_context *ctx, struct sr_cq *cq)
@@ -265,7 +265,7 @@ void chan_udp_poll(struct sr_context *ctx, struct sr_cq *cq)
 	struct sr_list *pos, *tmp;
 
 	/* Whoever holds rx_lock is receiving already. */
-	if (!u || pthread_mutex_trylock(&u->rx_lock))
+	if (!u || sr_mutex_trylock(&u->rx_lock))
 		return;
 	udp_rx_batch_locked(u, u->pl.fd, NULL);
 	sr_list_for_each_safe(pos, tmp, &u->groups) {
@@ -273,7 +273,7 @@ void chan_udp_poll(struct sr_context *ctx, struct sr_cq *cq)
 
 		udp_rx_batch_locked(u, grp->pl.fd, grp);
 	}
-	pthread_mutex_unlock(&u->rx_lock);
+	sr_mutex_unlock(&u->rx_lock);
 	(void)cq;
 }
 
@@ -405,10 +405,10 @@ int chan_udp_send(struct sr_context *ctx, const struct sr_ud_av *av, uint32_t ds
 		return 0;
 	}
 	if (errno == EAGAIN || errno == EWOULDBLOCK) {
-		pthread_mutex_lock(&u->tx_lock);
+		sr_mutex_lock(&u->tx_lock);
 		if (!u->tx_blocked && progress_mod(u->pg, &u->pl, EPOLLIN | EPOLLOUT) == 0)
 			u->tx_blocked = true;
-		pthread_mutex_unlock(&u->tx_lock);
+		sr_mutex_unlock(&u->tx_lock);
 		/* Without the progress engine nobody would resume us. */
 		if (u->tx_blocked)
 			return -EAGAIN;
@@ -508,8 +508,8 @@ int chan_udp_open(struct sr_context *ctx)
 	u->ctx = ctx;
 	u->pl.fd = fd;
 	u->pl.on_event = udp_on_event;
-	pthread_mutex_init(&u->rx_lock, NULL);
-	pthread_mutex_init(&u->tx_lock, NULL);
+	sr_mutex_init(&u->rx_lock);
+	sr_mutex_init(&u->tx_lock);
 	sr_list_init(&u->groups);
 	ctx->udp = u;
 out:
@@ -518,7 +518,7 @@ out:
 		return ret;
 	/* The progress engine outside ctx->lock: it takes that lock. */
 	u = ctx->udp;
-	pthread_mutex_lock(&u->tx_lock);
+	sr_mutex_lock(&u->tx_lock);
 	if (!u->pg) {
 		u->pg = chan_progress(ctx);
 		if (!u->pg || progress_add(u->pg, &u->pl, EPOLLIN)) {
@@ -526,7 +526,7 @@ out:
 			ret = -ENOMEM;
 		}
 	}
-	pthread_mutex_unlock(&u->tx_lock);
+	sr_mutex_unlock(&u->tx_lock);
 	return ret;
 }
 
@@ -548,13 +548,13 @@ void chan_udp_ctx_close(struct sr_context *ctx)
 	for (;;) {
 		struct udp_group *grp = NULL;
 
-		pthread_mutex_lock(&u->rx_lock);
+		sr_mutex_lock(&u->rx_lock);
 		if (!sr_list_empty(&u->groups)) {
 			grp = container_of(u->groups.next, struct udp_group, link);
 			sr_list_del(&grp->link);
 			grp->dead = true;
 		}
-		pthread_mutex_unlock(&u->rx_lock);
+		sr_mutex_unlock(&u->rx_lock);
 		if (!grp)
 			break;
 		group_free(u, grp);
@@ -573,8 +573,8 @@ void chan_udp_ctx_close(struct sr_context *ctx)
 		       (unsigned long long)s.rx_qkey, (unsigned long long)s.rx_no_wqe,
 		       (unsigned long long)s.tx_ok, (unsigned long long)s.tx_lost);
 	}
-	pthread_mutex_destroy(&u->rx_lock);
-	pthread_mutex_destroy(&u->tx_lock);
+	sr_mutex_destroy(&u->rx_lock);
+	sr_mutex_destroy(&u->tx_lock);
 	free(u->rbuf);
 	free(u);
 	ctx->udp = NULL;
@@ -725,7 +725,7 @@ int chan_udp_attach(struct sr_qp *qp, const union ibv_gid *mgid)
 		return -EINVAL;
 	if (!u || !u->pg)
 		return -ENOMEM;
-	pthread_mutex_lock(&u->rx_lock);
+	sr_mutex_lock(&u->rx_lock);
 	sr_list_for_each_safe(pos, tmp, &u->groups) {
 		struct udp_group *g = container_of(pos, struct udp_group, link);
 
@@ -775,7 +775,7 @@ int chan_udp_attach(struct sr_qp *qp, const union ibv_gid *mgid)
 	grp->qpns[grp->nqp++] = qpn;
 	sr_dbg("UD QP %#x attached to a group (%u QPs here)", qpn, grp->nqp);
 out:
-	pthread_mutex_unlock(&u->rx_lock);
+	sr_mutex_unlock(&u->rx_lock);
 	return ret;
 }
 
@@ -818,9 +818,9 @@ static int udp_detach(struct sr_qp *qp, const struct in6_addr *addr)
 	if (!u)
 		return -ENOENT;
 	sr_list_init(&gone);
-	pthread_mutex_lock(&u->rx_lock);
+	sr_mutex_lock(&u->rx_lock);
 	ret = detach_locked(u, addr, qp->ibqp.qp_base.qp_num, &gone);
-	pthread_mutex_unlock(&u->rx_lock);
+	sr_mutex_unlock(&u->rx_lock);
 	while (!sr_list_empty(&gone)) {
 		struct udp_group *g = container_of(gone.next, struct udp_group, link);
 

@@ -565,7 +565,7 @@ struct sr_xdom;
 
 struct sr_srq {
 	struct ibv_srq ibsrq;
-	pthread_mutex_t lock;
+	sr_mutex lock;
 	struct sr_rq rq;
 	uint32_t max_wr;		/* what the application asked for */
 	uint32_t limit;

@@ -75,7 +75,7 @@ int srq_create(struct sr_pd *pd, struct ibv_srq_init_attr *attr, struct sr_srq *
 		free(srq);
 		return ret;
 	}
-	pthread_mutex_init(&srq->lock, NULL);
+	sr_mutex_init(&srq->lock);
 	srq->max_wr = attr->attr.max_wr;
 	srq->limit = attr->attr.srq_limit;
 	srq->pd = pd;
@@ -126,7 +126,7 @@ int srq_destroy(struct sr_srq *srq)
 	pd_put(srq->pd);
 	atomic_fetch_sub(&ctx->nsrq, 1);
 	rq_free(&srq->rq);
-	pthread_mutex_destroy(&srq->lock);
+	sr_mutex_destroy(&srq->lock);
 	pthread_mutex_destroy(&srq->ibsrq.mutex);
 	pthread_cond_destroy(&srq->ibsrq.cond);
 	free(srq);
@@ -139,7 +139,7 @@ int srq_modify(struct sr_srq *srq, struct ibv_srq_attr *attr, int mask)
 
 	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
 		return -EINVAL;
-	pthread_mutex_lock(&srq->lock);
+	sr_mutex_lock(&srq->lock);
 	if (mask & IBV_SRQ_MAX_WR) {
 		/* Resize (IBV_DEVICE_SRQ_RESIZE): keep the posted WQEs. */
 		uint32_t n = srq->rq.tail - srq->rq.head;
@@ -167,17 +167,17 @@ int srq_modify(struct sr_srq *srq, struct ibv_srq_attr *attr, int mask)
 		srq->limit = attr->srq_limit;
 	}
 out:
-	pthread_mutex_unlock(&srq->lock);
+	sr_mutex_unlock(&srq->lock);
 	return ret;
 }
 
 int srq_query(struct sr_srq *srq, struct ibv_srq_attr *attr)
 {
-	pthread_mutex_lock(&srq->lock);
+	sr_mutex_lock(&srq->lock);
 	attr->max_wr = srq->max_wr;
 	attr->max_sge = srq->rq.max_sge;
 	attr->srq_limit = srq->limit;
-	pthread_mutex_unlock(&srq->lock);
+	sr_mutex_unlock(&srq->lock);
 	return 0;
 }
 
@@ -185,7 +185,7 @@ int srq_post_recv(struct sr_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr
 {
 	int ret = 0;
 
-	pthread_mutex_lock(&srq->lock);
+	sr_mutex_lock(&srq->lock);
 	for (; wr; wr = wr->next) {
 		ret = rq_post(&srq->rq, wr, srq->max_wr);
 		if (ret) {
@@ -193,7 +193,7 @@ int srq_post_recv(struct sr_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr
 			break;
 		}
 	}
-	pthread_mutex_unlock(&srq->lock);
+	sr_mutex_unlock(&srq->lock);
 	return ret;
 }
 
@@ -202,9 +202,9 @@ int srq_take(struct sr_srq *srq, struct sr_rwqe *out)
 	bool limit_hit = false;
 	uint32_t left;
 
-	pthread_mutex_lock(&srq->lock);
+	sr_mutex_lock(&srq->lock);
 	if (srq->rq.head == srq->rq.tail) {
-		pthread_mutex_unlock(&srq->lock);
+		sr_mutex_unlock(&srq->lock);
 		return -EAGAIN;
 	}
 	memcpy(out, rq_at(&srq->rq, srq->rq.head), srq->rq.stride);
@@ -216,7 +216,7 @@ int srq_take(struct sr_srq *srq, struct sr_rwqe *out)
 		srq->limit = 0;
 		limit_hit = true;
 	}
-	pthread_mutex_unlock(&srq->lock);
+	sr_mutex_unlock(&srq->lock);
 	if (limit_hit)
 		ctx_async_event(to_ctx(srq->ibsrq.context), srq, IBV_EVENT_SRQ_LIMIT_REACHED);
 	return 0;
