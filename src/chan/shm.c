@@ -548,6 +548,13 @@ ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap)
 	return k < 0 ? -1 : k;
 }
 
+int shm_small_alone(const struct tcp_chan *tc)
+{
+	const struct shm_link *l = tc->shm;
+
+	return l->broken ? -1 : shm_ring_small_alone(&l->rx);
+}
+
 void shm_recv_small_done(struct tcp_chan *tc)
 {
 	wake_producer(tc->shm);
@@ -662,7 +669,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
 		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu "
-		"rx_waited %llu\n",
+		"rx_waited %llu rx_quick %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -674,5 +681,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.shm_graced),
 		(unsigned long long)atomic_load(&chan_stats.tcp_poll_late),
 		(unsigned long long)atomic_load(&chan_stats.shm_left),
-		(unsigned long long)atomic_load(&chan_stats.rx_waited));
+		(unsigned long long)atomic_load(&chan_stats.rx_waited),
+		(unsigned long long)atomic_load(&chan_stats.rx_quick));
 }

@@ -54,6 +54,9 @@ struct chan_stats {
 	_Atomic uint64_t rx_waited;	/* wake-ups of a ring or socket taken
 					 * by a program thread waiting for an
 					 * event (tcp_wait.c) */
+	_Atomic uint64_t rx_quick;	/* records a polling program thread
+					 * delivered in its quick pass
+					 * (tcp_fast.c) */
 };
 extern struct chan_stats chan_stats;
 
@@ -107,6 +110,10 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app);
  * 0: none next (or nothing), -1: the ring is broken (shm_broken says
  * why), also by a small message longer than cap. rx_lock held. */
 ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap);
+/* The first byte (struct shm_small's op) of the small message next, if
+ * it is the last one published; else -1 (also on a broken ring). A look
+ * for the poller's quick pass (tcp_fast.c), rx_lock held. */
+int shm_small_alone(const struct tcp_chan *tc);
 /* After one or more shm_recv_small that read something: a producer that
  * waits for room is woken if there is enough now (once per batch: the
  * look takes a full fence). */

@@ -687,6 +687,23 @@ ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap)
 	return (ssize_t)r->rec_len;
 }
 
+int shm_ring_small_alone(const struct shm_ring *r)
+{
+	uint64_t w, after;
+	uint32_t h[2];
+
+	if (r->rec)
+		return -1;
+	w = __atomic_load_n(hdr_word(r, r->pos), __ATOMIC_ACQUIRE);
+	memcpy(h, &w, sizeof(h));
+	if (h[0] != SHM_REC_SMALL || !h[1] || h[1] > SHM_SMALL_MAX)
+		return -1;
+	after = r->pos + SHM_REC_HDR + pad8(h[1]);
+	if (__atomic_load_n(hdr_word(r, after), __ATOMIC_RELAXED))
+		return -1;
+	return r->data[(r->pos + SHM_REC_HDR) & (r->size - 1)];
+}
+
 int shm_ring_pending(struct shm_ring *r)
 {
 	return r->rec || !shm_ring_empty_at(r, r->pos);

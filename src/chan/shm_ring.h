@@ -227,6 +227,12 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
  * cannot change what the caller decodes. */
 ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap);
 
+/* Consumer: the first body byte of the next record, if that record is a
+ * small one and the last published (nothing after it yet); else -1. A
+ * look, not a read: the producer may change what it saw, so
+ * shm_ring_read_small checks everything again. */
+int shm_ring_small_alone(const struct shm_ring *r);
+
 /* Producer, any thread, at time now (ns): has the consumer left what we
  * published unread, its head not moving, for limit ns or more, while we
  * wrote nothing more? True once per such stall (until the head moves).

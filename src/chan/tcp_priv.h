@@ -419,6 +419,14 @@ struct sr_msg *tagged_msg(struct tcp_chan *tc, const struct ddp_hdr *h, uint32_t
 			  uint32_t len);
 void send_flags(struct sr_msg *m, const struct ddp_hdr *h);
 void note_answer(struct tcp_chan *tc, uint32_t msn);
+/* tcp_rx.c: the answers noted this pass go to the transmit side (both
+ * locks held); is nothing but a positive ACK owed (tc->lock held)? */
+void ans_apply_locked(struct tcp_chan *tc);
+bool only_ack_owed(const struct tcp_chan *tc);
+/* tcp_fast.c: a poller's quick pass (rx_lock held): 1 if it delivered the
+ * next record, 0 if it left everything to tcp_rx_locked, -EBADMSG if the
+ * record it took is malformed (the stream ends with TERMINATE). */
+int tcp_rx_fast(struct tcp_chan *tc);
 
 /* tcp_direct.c: direct placement. direct_ok: may this stream place
  * directly (softrnic peer, no CRC)? send_begin/direct_begin start a SEND

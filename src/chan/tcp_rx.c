@@ -120,7 +120,7 @@ void note_answer(struct tcp_chan *tc, uint32_t msn)
 }
 
 /* Caller holds both locks. */
-static void ans_apply_locked(struct tcp_chan *tc)
+void ans_apply_locked(struct tcp_chan *tc)
 {
 	if (!tc->rx_ans_new)
 		return;
@@ -603,6 +603,21 @@ staged:
 	return ret;
 }
 
+/* RFC 5040 §5.3: a malformed frame ends the stream with TERMINATE. The
+ * reason to end it, for the caller (after rx_lock). */
+static const char *rx_terminate(struct tcp_chan *tc)
+{
+	struct sr_msg *t = msg_alloc(0);
+
+	if (t) {
+		t->op = SR_MSG_TERMINATE;
+		t->status = SR_ST_REM_OP;
+		tcp_send(&tc->ch, t);
+		tcp_kick_now(tc);
+	}
+	return "protocol error";
+}
+
 /* Read and deliver, holding rx_lock (the receive state's owner); the
  * channel lock guards only what tx shares. Returns why the stream must
  * end, or NULL: the caller ends it after dropping rx_lock, since ending it
@@ -635,7 +650,7 @@ static size_t rx_want(const struct tcp_chan *tc)
 }
 
 /* Is there nothing to write but a positive ACK? tc->lock held. */
-static bool only_ack_owed(const struct tcp_chan *tc)
+bool only_ack_owed(const struct tcp_chan *tc)
 {
 	return sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail;
 }
@@ -835,19 +850,8 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			ans_apply_locked(tc);
 			sr_mutex_unlock(&tc->lock);
 		}
-		if (perr) {
-			/* RFC 5040 §5.3: a malformed frame ends the stream
-			 * with TERMINATE. */
-			struct sr_msg *t = msg_alloc(0);
-
-			if (t) {
-				t->op = SR_MSG_TERMINATE;
-				t->status = SR_ST_REM_OP;
-				tcp_send(&tc->ch, t);
-				tcp_kick_now(tc);
-			}
-			return "protocol error";
-		}
+		if (perr)
+			return rx_terminate(tc);
 		if (poller && got && !eof && quiet && rx_more_now(tc) && qp_awaits_nothing(qp) &&
 		    (++more <= POLL_MORE_ROUNDS ||
 		     ((wmore || rx_write_under_way(tc)) && more <= POLL_MORE_WRITE))) {
@@ -967,10 +971,12 @@ void tcp_rx_try(struct tcp_chan *tc)
 void tcp_rx_poll(struct tcp_chan *tc)
 {
 	const char *why;
+	int fast;
 
 	if (sr_mutex_trylock(&tc->rx_lock))
 		return;
-	why = tcp_rx_locked(tc, true);
+	fast = tcp_rx_fast(tc);
+	why = fast > 0 ? NULL : fast < 0 ? rx_terminate(tc) : tcp_rx_locked(tc, true);
 	rx_mark_update(tc);
 	if (tc->rx_placed) {
 		/* (a pass that placed payload takes microseconds: 64 such

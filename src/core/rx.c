@@ -885,52 +885,36 @@ void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
 	sr_mutex_unlock(&qp->lock);
 }
 
-/* Fail the head WQE as a transport retry would, then enter ERROR.
- * Caller holds qp->lock. */
-void qp_fail_retry_locked(struct sr_qp *qp)
+/* A lent message the QP parked (rx_pending) is replaced there by a copy
+ * of its own. Out of memory, it is lost: the QP cannot go on. */
+static void rx_keep_lent(struct sr_qp *qp, struct sr_msg *m)
 {
-	if (qp->sq_head != qp->sq_tail) {
-		struct sr_swqe *w = sq_at(qp, qp->sq_head);
+	struct sr_msg *h = msg_alloc(m->len);
+	uint8_t small;
 
-		if (w->state != SR_WQE_DONE) {
-			if (qp->sq_next == qp->sq_head)
-				qp->sq_next++;
-			sq_settle_locked(qp, w, IBV_WC_RETRY_EXC_ERR);
-		}
-	}
-	qp_to_error_locked(qp);
-}
-
-static void qp_gone_fire(struct sr_timer *t)
-{
-	struct sr_qp *qp = container_of(t, struct sr_qp, gone_timer);
-
-	sr_mutex_lock(&qp->lock);
-	/* peer_gone is cleared by a reset: a reconnected QP is not ours */
-	if (qp->peer_gone && qp->sq_head != qp->sq_tail &&
-	    qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
-		qp_fail_retry_locked(qp);
-	sr_mutex_unlock(&qp->lock);
-}
-
-/* The peer QP is gone: what is in flight, or posted from now on, fails
- * as IB's transport retries would, once they run out: 4.096 us x
- * 2^timeout, retry_cnt + 1 times (IBTA 9.7.6.1.3), or 8 s for timeout 0
- * (infinite) so nothing hangs for ever. Caller holds qp->lock. */
-void qp_gone_arm_locked(struct sr_qp *qp)
-{
-	uint64_t ns = qp->attr.timeout ? (4096ULL << qp->attr.timeout) * (qp->attr.retry_cnt + 1ULL)
-				       : 8000000000ULL;
-
-	if (!qp->rnr_pg)
-		qp->rnr_pg = chan_progress(qp->ctx);
-	if (!qp->rnr_pg) {
-		qp_fail_retry_locked(qp);
+	if (!h) {
+		sr_list_del(&m->link);
+		qp->rx_pending_bytes -= sizeof(*m) + m->len;
+		qp_to_error_locked(qp);
+		ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_FATAL);
 		return;
 	}
-	qp->gone_timer.fire = qp_gone_fire;
-	if (!qp->gone_timer.armed)
-		progress_timer_arm(qp->rnr_pg, &qp->gone_timer, ns);
+	small = h->small;
+	memcpy(h, m, sizeof(*m) + m->len);
+	h->small = small;
+	h->link.prev->next = &h->link;
+	h->link.next->prev = &h->link;
+}
+
+void qp_rx_lent(struct sr_qp *qp, struct sr_msg *m, const uint32_t *ack)
+{
+	sr_mutex_lock(&qp->lock);
+	if (ack && (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD ||
+		    qp->state == IBV_QPS_SQE))
+		sq_ack_upto_locked(qp, *ack);
+	if (m && qp_rx_locked(qp, m))
+		rx_keep_lent(qp, m);
+	sr_mutex_unlock(&qp->lock);
 }
 
 void qp_tx_fault(struct sr_qp *qp, uint32_t msn)
@@ -950,35 +934,5 @@ void qp_tx_written(struct sr_qp *qp, uint32_t msn)
 	sr_mutex_lock(&qp->lock);
 	if (qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
 		sq_ack_upto_locked(qp, msn);
-	sr_mutex_unlock(&qp->lock);
-}
-
-void qp_chan_gone(struct sr_qp *qp)
-{
-	sr_mutex_lock(&qp->lock);
-	qp->peer_gone = true;
-	if (qp->sq_head != qp->sq_tail)
-		sr_dbg("QP %#x: the peer destroyed its QP with %u WQEs unanswered",
-		       qp->ibqp.qp_base.qp_num, qp->sq_tail - qp->sq_head);
-	if (qp->sq_head != qp->sq_tail && qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
-		qp_gone_arm_locked(qp);
-	sr_mutex_unlock(&qp->lock);
-}
-
-void qp_chan_lost(struct sr_qp *qp)
-{
-	sr_mutex_lock(&qp->lock);
-	if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
-		/* The WQE at the head will never get its answer: it fails as
-		 * a transport retry would; the rest are flushed. */
-		if (qp->sq_head != qp->sq_next) {
-			struct sr_swqe *w = sq_at(qp, qp->sq_head);
-
-			if (w->state == SR_WQE_SENT)
-				sq_settle_locked(qp, w, IBV_WC_RETRY_EXC_ERR);
-		}
-		qp_to_error_locked(qp);
-		ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_FATAL);
-	}
 	sr_mutex_unlock(&qp->lock);
 }

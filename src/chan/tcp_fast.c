@@ -1,0 +1,107 @@
+/* A polling program thread's quick pass over a ring (DESIGN.md decision
+ * 23, "the poller's quick pass"): when the next record is a small SEND or
+ * a lone ACK and nothing is published behind it (a ping-pong's message,
+ * a sender's ACK), it is delivered without the general receive pass
+ * (tcp_rx.c): no message allocated (the SEND lives on this stack unless
+ * it must wait for a receive WQE), no staging, one hold of the QP lock
+ * and two of the stream's. What it delivers, and the ACK it leaves owed,
+ * are exactly what tcp_rx_locked's poller pass would have made of the
+ * same record (small_take, then qp_rx_many, then its end); anything else
+ * (a WRITE, a batch, staged bytes, a stream not up) is left to that pass,
+ * untouched. */
+#include "chan/tcp_priv.h"
+#include "chan/shm_small.h"
+
+#include <string.h>
+
+int tcp_rx_fast(struct tcp_chan *tc)
+{
+	uint8_t buf[sizeof(struct shm_small) + SHM_SMALL_PAYLOAD];
+	union {
+		struct sr_msg m;
+		uint8_t bytes[sizeof(struct sr_msg) + SHM_SMALL_PAYLOAD];
+	} u;
+	struct sr_msg *m = NULL;
+	struct shm_small h;
+	struct sr_qp *qp;
+	bool owed_before, defer;
+	int op;
+	ssize_t k;
+
+	/* at a message boundary of the stream, nothing staged */
+	if (!tc->shm_rx || tc->rlen || tc->dr.active || tc->sd.active || tc->as_untagged ||
+	    tc->as_active)
+		return 0;
+	op = shm_small_alone(tc);
+	if (op != SHM_SMALL_SEND && op != SHM_SMALL_ACK)
+		return 0;
+	sr_mutex_lock(&tc->lock);
+	if (tc->state != TS_UP || tc->closed) {
+		sr_mutex_unlock(&tc->lock);
+		return 0;
+	}
+	qp = tc->qp;
+	owed_before = tc->ack_pending;
+	tc->rx_poller = true;
+	sr_mutex_unlock(&tc->lock);
+	/* (back-pressure: the general pass holds the stream) */
+	if (qp_rx_congested(qp))
+		return 0;
+
+	k = shm_recv_small(tc, buf, sizeof(buf));
+	if (k <= 0)
+		return 0;	/* (changed under our look, or broken: the
+				 * general pass reads what is there) */
+	/* (the copy is ours: decoded once, from it; RFC 5041 §5.3: SEND
+	 * MSNs in order) */
+	if (shm_small_decode(buf, (size_t)k, &h) || h.op == SHM_SMALL_WRITE ||
+	    (h.op == SHM_SMALL_SEND && h.msn != tc->rx_msn[DDP_QN_SEND]))
+		return -EBADMSG;
+	if (h.op == SHM_SMALL_SEND) {
+		m = &u.m;
+		memset(m, 0, sizeof(*m));
+		sr_list_init(&m->link);
+		m->len = h.len;
+		m->op = SR_MSG_SEND;
+		if (h.flags & SHM_SMALL_F_SE)
+			m->flags |= SR_MSGF_SE;
+		if (h.flags & SHM_SMALL_F_IMM) {
+			m->flags |= SR_MSGF_IMM;
+			m->imm = h.word;
+		}
+		if (h.flags & SHM_SMALL_F_INV) {
+			m->flags |= SR_MSGF_INV;
+			m->inv_stag = h.word;
+		}
+		memcpy(m->payload, buf + sizeof(h), h.len);
+		tc->rx_msn[DDP_QN_SEND]++;
+		m->msn = tc->rx_req_msn++;
+	}
+	if (h.flags & SHM_SMALL_F_ACK)
+		note_answer(tc, h.ack_msn);
+	if (shm_pulls_sent(tc)) {
+		/* a payload of ours the peer found gone fails its WQE
+		 * before the peer's answer to it settles it */
+		sr_mutex_lock(&tc->lock);
+		shm_faults_locked(tc);
+		sr_mutex_unlock(&tc->lock);
+		if (tc->nfaults)
+			tcp_tx_faults(tc);
+	}
+	qp_rx_lent(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &h.ack_msn : NULL);
+	shm_recv_small_done(tc);
+	chan_stat_inc(&chan_stats.rx_quick);
+
+	/* The end of a poller's pass (tcp_rx_locked): the answers it brought
+	 * go to the transmit side; an ACK we owe for the first time waits
+	 * for the program's reply on a stream left to its poller. */
+	sr_mutex_lock(&tc->lock);
+	ans_apply_locked(tc);
+	defer = tc->poll_owned && !owed_before && only_ack_owed(tc);
+	if (!defer && tc->state == TS_UP && !tc->closed)
+		tcp_flush_locked(tc);
+	sr_mutex_unlock(&tc->lock);
+	if (!defer)
+		tcp_kick(&tc->ch);
+	return 1;
+}

@@ -1,0 +1,83 @@
+/* When the peer cannot answer any more: its QP is gone (the stream said
+ * so: what is in flight fails once the transport's retries would have run
+ * out) or the stream is lost (the head WQE fails at once, the rest are
+ * flushed). */
+#include "core/qp.h"
+
+/* Fail the head WQE as a transport retry would, then enter ERROR.
+ * Caller holds qp->lock. */
+void qp_fail_retry_locked(struct sr_qp *qp)
+{
+	if (qp->sq_head != qp->sq_tail) {
+		struct sr_swqe *w = sq_at(qp, qp->sq_head);
+
+		if (w->state != SR_WQE_DONE) {
+			if (qp->sq_next == qp->sq_head)
+				qp->sq_next++;
+			sq_settle_locked(qp, w, IBV_WC_RETRY_EXC_ERR);
+		}
+	}
+	qp_to_error_locked(qp);
+}
+
+static void qp_gone_fire(struct sr_timer *t)
+{
+	struct sr_qp *qp = container_of(t, struct sr_qp, gone_timer);
+
+	sr_mutex_lock(&qp->lock);
+	/* peer_gone is cleared by a reset: a reconnected QP is not ours */
+	if (qp->peer_gone && qp->sq_head != qp->sq_tail &&
+	    qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
+		qp_fail_retry_locked(qp);
+	sr_mutex_unlock(&qp->lock);
+}
+
+/* The peer QP is gone: what is in flight, or posted from now on, fails
+ * as IB's transport retries would, once they run out: 4.096 us x
+ * 2^timeout, retry_cnt + 1 times (IBTA 9.7.6.1.3), or 8 s for timeout 0
+ * (infinite) so nothing hangs for ever. Caller holds qp->lock. */
+void qp_gone_arm_locked(struct sr_qp *qp)
+{
+	uint64_t ns = qp->attr.timeout ? (4096ULL << qp->attr.timeout) * (qp->attr.retry_cnt + 1ULL)
+				       : 8000000000ULL;
+
+	if (!qp->rnr_pg)
+		qp->rnr_pg = chan_progress(qp->ctx);
+	if (!qp->rnr_pg) {
+		qp_fail_retry_locked(qp);
+		return;
+	}
+	qp->gone_timer.fire = qp_gone_fire;
+	if (!qp->gone_timer.armed)
+		progress_timer_arm(qp->rnr_pg, &qp->gone_timer, ns);
+}
+
+void qp_chan_gone(struct sr_qp *qp)
+{
+	sr_mutex_lock(&qp->lock);
+	qp->peer_gone = true;
+	if (qp->sq_head != qp->sq_tail)
+		sr_dbg("QP %#x: the peer destroyed its QP with %u WQEs unanswered",
+		       qp->ibqp.qp_base.qp_num, qp->sq_tail - qp->sq_head);
+	if (qp->sq_head != qp->sq_tail && qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE)
+		qp_gone_arm_locked(qp);
+	sr_mutex_unlock(&qp->lock);
+}
+
+void qp_chan_lost(struct sr_qp *qp)
+{
+	sr_mutex_lock(&qp->lock);
+	if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
+		/* The WQE at the head will never get its answer: it fails as
+		 * a transport retry would; the rest are flushed. */
+		if (qp->sq_head != qp->sq_next) {
+			struct sr_swqe *w = sq_at(qp, qp->sq_head);
+
+			if (w->state == SR_WQE_SENT)
+				sq_settle_locked(qp, w, IBV_WC_RETRY_EXC_ERR);
+		}
+		qp_to_error_locked(qp);
+		ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_FATAL);
+	}
+	sr_mutex_unlock(&qp->lock);
+}

@@ -1,0 +1,175 @@
+/* The poller's quick pass (src/chan/tcp_fast.c, DESIGN.md decision 23):
+ * a program thread polling its CQ delivers a lone small SEND or ACK from
+ * the ring without the general receive pass. These cases prove that what
+ * it delivers is what the general pass would have: every byte, length,
+ * immediate and flag of a ping-pong of SENDs from 0 to 1024 bytes, send
+ * completions in order; and SENDs that find no receive WQE wait (the
+ * quick pass keeps a copy of its own of a message that lived on its
+ * stack) and are delivered, in order and intact, once receives are
+ * posted. The stats line's rx_quick proves the quick pass carried them.
+ * Two processes on one host (shm). */
+#include "net_common.h"
+
+#include <stdbool.h>
+
+enum { T_GO = 0x20, T_SENT, T_DONE };
+
+#define ROUNDS 1000
+#define SLOT 2048		/* bytes per receive buffer */
+#define NRECV 16
+#define PARKED 16
+
+/* The size of round i's message: 0 to the largest small message. */
+static uint32_t msg_len(uint32_t i)
+{
+	static const uint32_t sizes[] = { 8, 0, 1, 24, 100, 512, 1000, 1024, 64, 7 };
+
+	return sizes[i % ARRAY_SIZE(sizes)];
+}
+
+static bool has_imm(uint32_t i) { return i % 3 == 1; }
+
+/* Round i's SEND from side a (0) or b (1): its bytes are pattern i*2+b
+ * (post_send1 puts the immediate in network order). */
+static void send_round(struct net_end *n, uint32_t i, int b)
+{
+	uint8_t *tx = n->b.p + (size_t)(i % NRECV) * SLOT;
+	uint32_t len = msg_len(i);
+
+	fill_pattern(tx, len, i * 2 + (uint32_t)b);
+	CHECK(post_send1(n->qp, has_imm(i) ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, i, tx, len,
+			 n->b.mr->lkey, IBV_SEND_SIGNALED | (i % 4 == 0 ? IBV_SEND_SOLICITED : 0),
+			 0, 0, 0xab000000u + i) == 0,
+	      "post round %u", i);
+}
+
+/* Round i's SEND from the other side, in the receive wc. */
+static void check_round(struct net_end *n, const struct ibv_wc *wc, uint32_t i, int from)
+{
+	char what[48];
+	uint8_t *rx = n->b.p + 64 * KIB + ((wc->wr_id - 1000) % NRECV) * SLOT;
+
+	snprintf(what, sizeof(what), "round %u", i);
+	CHECK(wc->wr_id == 1000 + i % NRECV, "%s: wr_id %llu, want %u", what,
+	      (unsigned long long)wc->wr_id, 1000 + i % NRECV);
+	net_check_recv(wc, IBV_WC_RECV, msg_len(i), n, what);
+	if (has_imm(i)) {
+		CHECK(wc->wc_flags & IBV_WC_WITH_IMM, "%s: no immediate", what);
+		CHECK(wc->imm_data == htobe32(0xab000000u + i), "%s: imm %#x", what,
+		      be32toh(wc->imm_data));
+	} else {
+		CHECK(!(wc->wc_flags & IBV_WC_WITH_IMM), "%s: an immediate", what);
+	}
+	check_pattern(rx, msg_len(i), i * 2 + (uint32_t)from, what);
+}
+
+static void post_slot(struct net_end *n, uint32_t i)
+{
+	post_recv1(n->qp, 1000 + i % NRECV, n->b.p + 64 * KIB + (i % NRECV) * SLOT, SLOT,
+		   n->b.mr->lkey);
+}
+
+/* ---- ping-pong: A sends round i, B checks it and answers with its own --- */
+
+static void pp_side(struct net_end *n)
+{
+	int me = n->role == NET_A ? 0 : 1;
+	uint32_t sdone = 0;
+	struct ibv_wc wc;
+
+	for (uint32_t i = 0; i < NRECV; i++)
+		post_slot(n, i);
+	net_sync(n, T_GO);
+	for (uint32_t i = 0; i < ROUNDS; i++) {
+		if (!me)
+			send_round(n, i, me);
+		CHECK(poll_one(n->rcq, &wc, DEADLINE_MS) == 1, "round %u: nothing", i);
+		check_round(n, &wc, i, !me);
+		post_slot(n, i);
+		if (me)
+			send_round(n, i, me);
+		while (ibv_poll_cq(n->scq, 1, &wc) == 1) {
+			CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == sdone && wc.opcode == IBV_WC_SEND,
+			      "send completion %u: %s wr_id %llu", sdone,
+			      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
+			sdone++;
+		}
+	}
+	while (sdone < ROUNDS) {
+		CHECK(poll_one(n->scq, &wc, DEADLINE_MS) == 1, "send completion %u missing", sdone);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == sdone, "send completion %u: %s",
+		      sdone, ibv_wc_status_str(wc.status));
+		sdone++;
+	}
+	net_sync(n, T_DONE);
+}
+
+static void sub_pingpong(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	pair_count(&o, pp_side, pp_side, "rx_quick", ROUNDS / 4, 4 * ROUNDS,
+		   "records delivered by a poller's quick pass in " STR(ROUNDS) " rounds");
+}
+
+/* ---- no receive posted: the SENDs wait, then arrive intact, in order ---- */
+
+static void park_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	/* (the count is B's alone: A's quick passes take ACKs) */
+	unsetenv("SOFTRNIC_STATS");
+	net_sync(n, T_GO);
+	for (uint32_t i = 0; i < PARKED; i++) {
+		send_round(n, i, 0);
+		usleep(3000);	/* (one record at a time: each alone in the ring) */
+	}
+	net_sync(n, T_SENT);
+	for (uint32_t i = 0; i < PARKED; i++)
+		expect_wc(n->scq, &wc, i, IBV_WC_SUCCESS, IBV_WC_SEND, "parked SEND");
+	net_sync(n, T_DONE);
+}
+
+static void park_b(struct net_end *n)
+{
+	uint64_t end;
+	struct ibv_wc wc;
+
+	net_sync(n, T_GO);
+	/* Poll the empty CQ while A sends: the quick pass takes each SEND
+	 * and finds no receive WQE for it. */
+	end = now_ms() + PARKED * 3 + 200;
+	while (now_ms() < end)
+		CHECK(ibv_poll_cq(n->rcq, 1, &wc) == 0, "a completion with no receive posted");
+	net_sync(n, T_SENT);
+	for (uint32_t i = 0; i < PARKED; i++)
+		post_slot(n, i);
+	for (uint32_t i = 0; i < PARKED; i++) {
+		CHECK(poll_one(n->rcq, &wc, DEADLINE_MS) == 1, "parked SEND %u: nothing", i);
+		check_round(n, &wc, i, 0);
+	}
+	net_sync(n, T_DONE);
+}
+
+static void sub_parked(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	/* (a bound for a loaded machine: B's poller, descheduled, leaves
+	 * some to its progress thread's general pass; 15-16 typical) */
+	pair_count(&o, park_a, park_b, "rx_quick", PARKED / 4, PARKED,
+		   "SENDs B's quick pass took with no receive posted, of " STR(PARKED));
+}
+
+int main(int argc, char **argv)
+{
+	struct subtest tests[] = {
+		{ "pingpong", sub_pingpong },
+		{ "parked", sub_parked },
+	};
+
+	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
+}
