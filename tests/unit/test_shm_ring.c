@@ -479,6 +479,41 @@ static void small_records(void **state)
 	assert_true(f->tx.pos - atomic_load(&f->ctl.head) > RING - 128);
 }
 
+/* The poller's look (shm_ring_small_alone): the first body byte of the
+ * next record only if it is small and nothing is published behind it;
+ * a look never moves the reader. */
+static void small_alone(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t a[64], in[SHM_SMALL_MAX];
+	uint32_t hdr[2] = { SHM_REC_SMALL, SHM_SMALL_MAX + 1 };
+
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (uint8_t)(i + 7);
+	assert_int_equal(shm_ring_small_alone(&f->rx), -1);		/* empty */
+	assert_int_equal(shm_ring_write_small(&f->tx, &(struct iovec){ a, 24 }, 1, 24), 24);
+	assert_int_equal(shm_ring_small_alone(&f->rx), 7);
+	assert_int_equal(shm_ring_small_alone(&f->rx), 7);		/* (a look) */
+	assert_int_equal(shm_ring_write_small(&f->tx, &(struct iovec){ a + 1, 24 }, 1, 24), 24);
+	assert_int_equal(shm_ring_small_alone(&f->rx), -1);		/* one behind it */
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 24);
+	assert_int_equal(shm_ring_small_alone(&f->rx), 8);
+	assert_int_equal(put1(f, a, 40, SHM_OWN), 40);
+	assert_int_equal(shm_ring_small_alone(&f->rx), -1);
+	assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 24);
+	assert_int_equal(shm_ring_small_alone(&f->rx), -1);		/* stream bytes */
+	assert_int_equal(get1(f, in, sizeof(in)), 40);
+	assert_int_equal(shm_ring_small_alone(&f->rx), -1);
+	/* a length no small record has: not one (the reader says why) */
+	shm_ring_init(&f->rx, &f->ctl, f->data, RING);
+	memset(f->data, 0, 64);
+	memcpy(f->data, hdr, sizeof(hdr));
+	assert_int_equal(shm_ring_small_alone(&f->rx), -1);
+	hdr[1] = 0;
+	memcpy(f->data, hdr, sizeof(hdr));
+	assert_int_equal(shm_ring_small_alone(&f->rx), -1);
+}
+
 /* Impossible small records: -EPROTO from both readers, and from the small
  * reader one longer than the caller takes. */
 static void corrupt_small(void **state)
@@ -1033,6 +1068,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(no_pull_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(model_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(full_ring, setup, teardown),
+		cmocka_unit_test_setup_teardown(small_alone, setup, teardown),
 		cmocka_unit_test_setup_teardown(fits_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(stops_before_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(small_records, setup, teardown),
