@@ -202,8 +202,11 @@ void cm_id_free(struct cm_id *cid);
  * would give (rdma_create_ep takes it from res->ai_qp_type). */
 int cm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
 		 enum rdma_port_space ps, enum ibv_qp_type qpt);
-/* Wait for the event a sync id's call produces (ucma_complete). */
-int cm_complete(struct cm_id *cid);
+/* Wait for the event a sync id's call produces (ucma_complete). sync:
+ * cid->sync as the caller read it under cm.lock, before the event it
+ * pushed was visible: an async id may be destroyed by another thread as
+ * soon as that event is, so cm_complete must not look at it then. */
+int cm_complete(struct cm_id *cid, bool sync);
 struct cm_channel *cm_channel_new(bool sync);
 void cm_channel_free(struct cm_channel *c);
 void cm_pd_get_locked(struct cm_id *cid);

@@ -218,6 +218,7 @@ int cm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
 SR_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 				struct sockaddr *dst_addr, int timeout_ms)
 {
+	bool sync_id;
 	struct sockaddr_storage src, any;
 	struct cm_id *cid;
 	socklen_t dlen;
@@ -277,14 +278,16 @@ SR_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 		 * attempt; there is nothing to wait for here. */
 		ret = cm_event_push_locked(cid, RDMA_CM_EVENT_ADDR_ERROR, status, NULL, NULL, 0);
 	}
+	sync_id = cid->sync;
 	pthread_mutex_unlock(&cm.lock);
 	if (ret)
 		return cm_ret(ret);
-	return cm_ret(cm_complete(cid));
+	return cm_ret(cm_complete(cid, sync_id));
 }
 
 SR_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
+	bool sync_id;
 	struct cm_id *cid;
 	int ret;
 
@@ -319,10 +322,11 @@ SR_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		id->route.num_paths = 1;
 	}
 	ret = cm_event_push_locked(cid, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, NULL, 0);
+	sync_id = cid->sync;
 	pthread_mutex_unlock(&cm.lock);
 	if (ret)
 		return cm_ret(ret);
-	return cm_ret(cm_complete(cid));
+	return cm_ret(cm_complete(cid, sync_id));
 }
 
 /* ---- rdma_getaddrinfo(3) ------------------------------------------------- */

@@ -608,6 +608,7 @@ static int depths(struct cm_id *c, const struct rdma_conn_param *p)
 
 SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
+	bool sync_id;
 	struct cm_id *c;
 	const void *pd = NULL;
 	size_t pd_len = 0;
@@ -655,10 +656,11 @@ SR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 	c->refused_until = cm_now_ms() + CM_REFUSED_RETRY_MS;
 	ret = dial_locked(c);
 out:
+	sync_id = c->sync;
 	pthread_mutex_unlock(&cm.lock);
 	if (ret)
 		return cm_ret(ret);
-	return cm_ret(cm_complete(c));
+	return cm_ret(cm_complete(c, sync_id));
 }
 
 /* Start the TCP connect of c->fd; its end comes to on_dialed. */
@@ -678,6 +680,7 @@ static int dial_locked(struct cm_id *c)
 
 SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
+	bool sync_id;
 	struct softrnic_stream *s = NULL;
 	struct rdma_conn_param est = { 0 };
 	uint8_t frame[CM_MPA_FRAME_MAX];
@@ -739,13 +742,14 @@ SR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 	}
 	pthread_mutex_lock(&cm.lock);
 	attach_done_locked(c, ret, s, ret ? NULL : &est, NULL, 0);
+	sync_id = c->sync;
 	cm_busy_drop_locked(c);
 	pthread_mutex_unlock(&cm.lock);
 	if (ret) {
 		sr_dbg("cm id %p: accept: %s", (void *)c, strerror(-ret));
 		return cm_ret(ret);
 	}
-	return cm_ret(cm_complete(c));
+	return cm_ret(cm_complete(c, sync_id));
 unlock:
 	pthread_mutex_unlock(&cm.lock);
 	sr_dbg("cm id %p: accept refused: %s", (void *)c, strerror(-ret));

@@ -421,11 +421,11 @@ SR_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 /* ucma_complete: a sync id's call waits for its event, keeps it in
  * id->event (acked by the next call or destroy) and turns a failure into
  * -errno (REJECTED: ECONNREFUSED). */
-int cm_complete(struct cm_id *cid)
+int cm_complete(struct cm_id *cid, bool sync)
 {
 	struct rdma_cm_event *ev;
 
-	if (!cid->sync)
+	if (!sync)
 		return 0;
 	if (cid->id.event) {
 		rdma_ack_cm_event(cid->id.event);

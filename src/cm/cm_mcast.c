@@ -52,6 +52,7 @@ static struct cm_mc **find_locked(struct cm_id *c, const struct sockaddr *addr)
 
 static int join(struct rdma_cm_id *id, const struct sockaddr *addr, bool sendonly, void *context)
 {
+	bool sync_id;
 	struct rdma_ud_param ud = { 0 };
 	struct cm_mc *mc;
 	struct ibv_qp *qp;
@@ -110,11 +111,12 @@ static int join(struct rdma_cm_id *id, const struct sockaddr *addr, bool sendonl
 		       strerror(-ret));
 	ret = cm_event_push_ud_locked(c, NULL, ret ? RDMA_CM_EVENT_MULTICAST_ERROR :
 				      RDMA_CM_EVENT_MULTICAST_JOIN, ret, &ud, NULL, 0);
+	sync_id = c->sync;
 	cm_busy_drop_locked(c);
 	pthread_mutex_unlock(&cm.lock);
 	if (ret)
 		return ret;
-	return cm_complete(c);
+	return cm_complete(c, sync_id);
 }
 
 SR_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)

@@ -185,6 +185,7 @@ void cm_ud_on_reply_locked(struct cm_id *c)
 
 int cm_ud_connect(struct cm_id *c, const struct rdma_conn_param *p)
 {
+	bool sync_id;
 	struct rdma_cm_id *id = &c->id;
 	struct sidr_msg m = { .type = SIDR_REQ };
 	const struct sockaddr *dst = &id->route.addr.dst_addr;
@@ -233,10 +234,11 @@ int cm_ud_connect(struct cm_id *c, const struct rdma_conn_param *p)
 	else
 		c->state = CM_ROUTE_RESOLVED;
 out:
+	sync_id = c->sync;
 	pthread_mutex_unlock(&cm.lock);
 	if (ret)
 		return ret;
-	return cm_complete(c);
+	return cm_complete(c, sync_id);
 }
 
 /* ---- passive side ------------------------------------------------------ */
