@@ -100,8 +100,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	shm_ring_init(&r, &ctl, ring, RING);
 	for (int i = 0; i < 64; i++) {
 		struct iovec v = { out, want < sizeof(out) ? want : sizeof(out) };
-		ssize_t k = shm_ring_read(&r, &v, 1, data[17] & 1, &io);
+		/* (the poller's look: a byte, or -1; it never moves the reader) */
+		int op = shm_ring_small_alone(&r);
+		uint64_t pos = r.pos;
+		ssize_t k;
 
+		CHECK(op >= -1 && op <= 255 && r.pos == pos);
+		k = shm_ring_read(&r, &v, 1, data[17] & 1, &io);
 		if (k == -ENOMSG) {
 			struct shm_small h;
 
