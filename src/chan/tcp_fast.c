@@ -14,6 +14,23 @@
 
 #include <string.h>
 
+void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_msg *m)
+{
+	tc->rx_msn[DDP_QN_SEND]++;
+	m->op = SR_MSG_SEND;
+	if (h->flags & SHM_SMALL_F_SE)
+		m->flags |= SR_MSGF_SE;
+	if (h->flags & SHM_SMALL_F_IMM) {
+		m->flags |= SR_MSGF_IMM;
+		m->imm = h->word;
+	}
+	if (h->flags & SHM_SMALL_F_INV) {
+		m->flags |= SR_MSGF_INV;
+		m->inv_stag = h->word;
+	}
+	m->msn = tc->rx_req_msn++;
+}
+
 int tcp_rx_fast(struct tcp_chan *tc)
 {
 	uint8_t buf[sizeof(struct shm_small) + SHM_SMALL_PAYLOAD];
@@ -62,20 +79,8 @@ int tcp_rx_fast(struct tcp_chan *tc)
 		memset(m, 0, sizeof(*m));
 		sr_list_init(&m->link);
 		m->len = h.len;
-		m->op = SR_MSG_SEND;
-		if (h.flags & SHM_SMALL_F_SE)
-			m->flags |= SR_MSGF_SE;
-		if (h.flags & SHM_SMALL_F_IMM) {
-			m->flags |= SR_MSGF_IMM;
-			m->imm = h.word;
-		}
-		if (h.flags & SHM_SMALL_F_INV) {
-			m->flags |= SR_MSGF_INV;
-			m->inv_stag = h.word;
-		}
+		small_send_msg(tc, &h, m);
 		memcpy(m->payload, buf + sizeof(h), h.len);
-		tc->rx_msn[DDP_QN_SEND]++;
-		m->msn = tc->rx_req_msn++;
 	}
 	if (h.flags & SHM_SMALL_F_ACK)
 		note_answer(tc, h.ack_msn);

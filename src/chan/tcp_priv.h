@@ -427,6 +427,10 @@ bool only_ack_owed(const struct tcp_chan *tc);
  * next record, 0 if it left everything to tcp_rx_locked, -EBADMSG if the
  * record it took is malformed (the stream ends with TERMINATE). */
 int tcp_rx_fast(struct tcp_chan *tc);
+/* tcp_fast.c: the message a small SEND record (h, its MSN checked) makes,
+ * into m (zeroed, its length set), counting the MSNs its FPDUs would. */
+struct shm_small;
+void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_msg *m);
 
 /* tcp_direct.c: direct placement. direct_ok: may this stream place
  * directly (softrnic peer, no CRC)? send_begin/direct_begin start a SEND

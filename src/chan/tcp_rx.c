@@ -425,19 +425,7 @@ static int small_take(struct tcp_chan *tc, struct rx_out *out)
 		m = msg_alloc(h.len);
 		if (!m)
 			return -ENOMEM;
-		tc->rx_msn[DDP_QN_SEND]++;
-		m->op = SR_MSG_SEND;
-		if (h.flags & SHM_SMALL_F_SE)
-			m->flags |= SR_MSGF_SE;
-		if (h.flags & SHM_SMALL_F_IMM) {
-			m->flags |= SR_MSGF_IMM;
-			m->imm = h.word;
-		}
-		if (h.flags & SHM_SMALL_F_INV) {
-			m->flags |= SR_MSGF_INV;
-			m->inv_stag = h.word;
-		}
-		m->msn = tc->rx_req_msn++;
+		small_send_msg(tc, &h, m);
 	} else {
 		struct ddp_hdr dh = { .tagged = true, .last = true, .opcode = RDMAP_WRITE,
 				      .stag = h.word, .to = h.to };
