@@ -24,6 +24,7 @@
 #include "core/core.h"
 
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -31,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -191,12 +193,30 @@ static void guard_release(void *v)
 	atomic_store_explicit(&guards[slot].tid, 0, memory_order_release);
 }
 
+/* The writers' half of the Dekker with mem_quiesce (mem_write_at_gen)
+ * would cost a full fence per received message. With membarrier (Linux
+ * 4.14) the rare half makes every thread of the process fence instead
+ * (MEMBARRIER_CMD_PRIVATE_EXPEDITED, once per deregistration), and a
+ * writer only keeps the compiler from reordering: a writer that looked at
+ * the generation before the quiescer's barrier had its "I write" made
+ * visible by it, and one that looks after sees the new generation. Set
+ * before guard_on, so before any writer runs; else the writers fence. */
+static atomic_bool membar_ok;
+
+static void membar_register(void)
+{
+	atomic_store(&membar_ok,
+		     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0);
+}
+
 /* In a forked child only the forking thread is left, under another
- * thread id than the one its slot names: every slot is free again. */
+ * thread id than the one its slot names: every slot is free again. (The
+ * child registers for membarrier itself.) */
 static void guard_child(void)
 {
 	memset(guards, 0, sizeof(guards));
 	pthread_setspecific(guard_key, NULL);
+	membar_register();
 }
 
 static void guard_install(void)
@@ -221,6 +241,7 @@ static void guard_install(void)
 		return;
 	}
 	pthread_atfork(NULL, NULL, guard_child);
+	membar_register();
 	guard_on = true;
 }
 
@@ -289,7 +310,10 @@ int mem_write_at_gen(uintptr_t dst, const void *src, size_t len, uint64_t gen)
 	 * generation; it moves the generation, then looks at us. */
 	seq = atomic_load_explicit(&guards[slot].pseq, memory_order_relaxed);
 	atomic_store_explicit(&guards[slot].pseq, seq + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&membar_ok, memory_order_relaxed))
+		atomic_signal_fence(memory_order_seq_cst);	/* (membar_ok) */
+	else
+		atomic_thread_fence(memory_order_seq_cst);
 	if (mr_gen() != gen)
 		ret = -EAGAIN;
 	else
@@ -303,6 +327,13 @@ void mem_quiesce(void)
 	/* (every slot, installed or not: a few microseconds, once per
 	 * deregistration) */
 	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&membar_ok) &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)) {
+		/* (registered, it does not fail; should it, writers that did
+		 * not fence are done within microseconds: wait that out) */
+		atomic_store(&membar_ok, false);
+		usleep(1000);
+	}
 	for (int i = 0; i < GUARD_SLOTS; i++) {
 		uint32_t seq = atomic_load_explicit(&guards[i].pseq, memory_order_acquire);
 
