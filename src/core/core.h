@@ -416,6 +416,8 @@ struct sr_lkey_span {
 	uintptr_t vaddr;		/* where iova is */
 };
 uint64_t mr_gen(void);
+/* Move the generation (a registration changes): mr.c, and tests. */
+void mr_gen_bump(void);
 /* mr_resolve for a local read (need 0), filling *sp instead of taking a
  * reference; -EACCES/-ERANGE as mr_resolve, -EAGAIN for a region that
  * cannot be remembered (another process's). */

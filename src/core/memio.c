@@ -199,14 +199,21 @@ static void guard_release(void *v)
  * (MEMBARRIER_CMD_PRIVATE_EXPEDITED, once per deregistration), and a
  * writer only keeps the compiler from reordering: a writer that looked at
  * the generation before the quiescer's barrier had its "I write" made
- * visible by it, and one that looks after sees the new generation. Set
- * before guard_on, so before any writer runs; else the writers fence. */
+ * visible by it, and one that looks after sees the new generation.
+ * Registered as the library loads, before any writer runs (else the
+ * writers fence): in a process of one thread that is at once, where with
+ * more threads the kernel waits for a grace period (10-20 ms here). */
 static atomic_bool membar_ok;
 
 static void membar_register(void)
 {
 	atomic_store(&membar_ok,
 		     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0);
+}
+
+__attribute__((constructor)) static void membar_init(void)
+{
+	membar_register();
 }
 
 /* In a forked child only the forking thread is left, under another
@@ -241,7 +248,6 @@ static void guard_install(void)
 		return;
 	}
 	pthread_atfork(NULL, NULL, guard_child);
-	membar_register();
 	guard_on = true;
 }
 

@@ -171,7 +171,7 @@ uint64_t mr_gen(void)
 	return atomic_load_explicit(&mr_generation, memory_order_acquire);
 }
 
-static void mr_gen_bump(void)
+void mr_gen_bump(void)
 {
 	atomic_fetch_add_explicit(&mr_generation, 1, memory_order_seq_cst);
 }

@@ -313,6 +313,68 @@ static void test_at_gen(void **state)
 	expect_exit0(in_child("syscall", at_gen));
 }
 
+/* The handshake itself, raced: a writer thread writes its generation
+ * through mem_write_at_gen as a receive would (at the generation it read,
+ * looked up again now and then; 64 KiB a write, so that each is long),
+ * while this thread moves the generation and waits (mem_quiesce), then
+ * clears the area's last word, the one a write stores last, and watches
+ * it for longer than a write takes. Nothing may land there with an older
+ * generation than the one moved to: every write either saw the move and
+ * wrote nothing, or ended before mem_quiesce returned. (mem_quiesce
+ * without its wait: thousands of stale words in most runs.) */
+#define RACE_ROUNDS 2000
+#define RACE_WORDS 8192
+static _Atomic uint64_t race_area[RACE_WORDS];
+static atomic_bool race_stop;
+
+static void *race_writer(void *arg)
+{
+	static uint64_t src[RACE_WORDS];
+
+	(void)arg;
+	while (!atomic_load(&race_stop)) {
+		uint64_t g = mr_gen();
+
+		for (int i = 0; i < RACE_WORDS; i++)
+			src[i] = g;
+		for (int i = 0; i < 16; i++)
+			if (mem_write_at_gen((uintptr_t)race_area, src, sizeof(src), g) == -EAGAIN)
+				break;
+	}
+	return NULL;
+}
+
+static void gen_race(void)
+{
+	pthread_t t;
+	int stale = 0;
+
+	CHILD_CHECK(0, pthread_create(&t, NULL, race_writer, NULL) == 0);
+	for (int r = 0; r < RACE_ROUNDS; r++) {
+		uint64_t moved;
+
+		mr_gen_bump();
+		moved = mr_gen();
+		mem_quiesce();
+		atomic_store(&race_area[RACE_WORDS - 1], 0);
+		for (int i = 0; i < 20000; i++) {
+			uint64_t v = atomic_load(&race_area[RACE_WORDS - 1]);
+
+			if (v && v < moved)
+				stale++;
+		}
+	}
+	atomic_store(&race_stop, true);
+	CHILD_CHECK(1, pthread_join(t, NULL) == 0);
+	CHILD_CHECK(2, stale == 0);
+}
+
+static void test_gen_race(void **state)
+{
+	(void)state;
+	expect_exit0(in_child(NULL, gen_race));
+}
+
 /* A process that copied, then forked: the child's faults are still
  * caught (the thread id the guard names is the child's, not the one the
  * forking thread had in its parent), in the child's first thread and in
@@ -462,6 +524,7 @@ int main(void)
 		cmocka_unit_test(test_crashes),
 		cmocka_unit_test(test_forked),
 		cmocka_unit_test(test_at_gen),
+		cmocka_unit_test(test_gen_race),
 		cmocka_unit_test(test_asan_app_side),
 		cmocka_unit_test(test_asan_own_side),
 	};
