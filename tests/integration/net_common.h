@@ -78,6 +78,8 @@ struct net_opts {
 	/* each side gets ENOSYS from pidfd_open and pidfd_getfd (a seccomp
 	 * filter), as under valgrind, some sandboxes and kernels before 5.3 */
 	int no_pidfd;
+	/* the QP takes its receives from an SRQ of max_recv_wr (n->srq) */
+	int srq;
 };
 
 /* What each side tells the other. */
@@ -100,6 +102,7 @@ struct net_end {
 	struct ibv_comp_channel *ch; /* rcq's channel, if o.rcq_chan */
 	struct ibv_cq *scq, *rcq;
 	struct ibv_qp *qp;
+	struct ibv_srq *srq; /* if o.srq */
 	struct buf b;
 	struct net_info me, peer;
 	union ibv_gid peer_gid;
@@ -313,6 +316,15 @@ static NET_UNUSED void net_setup(struct net_end *n)
 		.qp_type = o->type,
 		.sq_sig_all = o->sq_sig_all,
 	};
+	if (o->srq) {
+		struct ibv_srq_init_attr sa = {
+			.attr = { .max_wr = o->max_recv_wr, .max_sge = o->max_recv_sge },
+		};
+
+		n->srq = ibv_create_srq(n->t.pd, &sa);
+		CHECK(n->srq, "ibv_create_srq: %s", strerror(errno));
+		ia.srq = n->srq;
+	}
 	n->qp = ibv_create_qp(n->t.pd, &ia);
 	CHECK(n->qp, "ibv_create_qp(type %d): %s", o->type, strerror(errno));
 	CHECK(ia.cap.max_inline_data >= o->max_inline,
@@ -374,6 +386,10 @@ static NET_UNUSED void net_teardown(struct net_end *n)
 		rc = ibv_destroy_qp(n->qp);
 		CHECK(rc == 0, "ibv_destroy_qp: %s", strerror(rc));
 	}
+	if (n->srq) {
+		rc = ibv_destroy_srq(n->srq);
+		CHECK(rc == 0, "ibv_destroy_srq: %s", strerror(rc));
+	}
 	if (n->scq) {
 		rc = ibv_destroy_cq(n->scq);
 		CHECK(rc == 0, "ibv_destroy_cq: %s", strerror(rc));
@@ -389,6 +405,7 @@ static NET_UNUSED void net_teardown(struct net_end *n)
 		buf_free(&n->b);
 	tctx_close(&n->t);
 	n->qp = NULL;
+	n->srq = NULL;
 	n->scq = n->rcq = NULL;
 	n->ch = NULL;
 }
