@@ -652,6 +652,29 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 	close(fd);
 }
 
+/* Reap the send completions of SENDs posted with wr_id 0, 1, 2, ... in
+ * order: those there now (upto 0), or every one below upto, each waited
+ * for. Each must be a successful SEND of the next wr_id; *done counts. */
+static NET_UNUSED void net_reap_sends(struct net_end *n, uint32_t *done, uint32_t upto)
+{
+	struct ibv_wc wc;
+
+	for (;;) {
+		if (upto) {
+			if (*done >= upto)
+				return;
+			CHECK(poll_one(n->scq, &wc, DEADLINE_MS) == 1, "send completion %u missing",
+			      *done);
+		} else if (ibv_poll_cq(n->scq, 1, &wc) != 1) {
+			return;
+		}
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == *done && wc.opcode == IBV_WC_SEND,
+		      "send completion %u: %s wr_id %llu opcode %d", *done,
+		      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id, wc.opcode);
+		(*done)++;
+	}
+}
+
 /* ---- counts: the stats line each side prints (SOFTRNIC_STATS=1) -------- */
 
 /* The sum of FIELD over the stats lines in the file at path; -1 if none. */

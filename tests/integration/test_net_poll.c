@@ -41,12 +41,7 @@ static void pp_side(struct net_end *n, bool first)
 		CHECK(v == got, "message %u carries %u", got, v);
 		got++;
 		post_recv1(n->qp, wc.wr_id, rx + (wc.wr_id - 100) * 64, 64, n->b.mr->lkey);
-		while (ibv_poll_cq(n->scq, 1, &wc) == 1) {
-			CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == sdone,
-			      "send completion %u: %s wr_id %llu", sdone,
-			      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
-			sdone++;
-		}
+		net_reap_sends(n, &sdone, 0);
 		if (sent < ROUNDS) {
 			memcpy(tx + (sent % 16) * 16, &sent, sizeof(sent));
 			CHECK(post_send1(n->qp, IBV_WR_SEND, sent, tx + (sent % 16) * 16, MSG,
@@ -56,12 +51,7 @@ static void pp_side(struct net_end *n, bool first)
 		}
 	}
 	/* every SEND completes, though the peer will reply no more */
-	while (sdone < ROUNDS) {
-		CHECK(poll_one(n->scq, &wc, DEADLINE_MS) == 1, "send completion %u missing", sdone);
-		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == sdone, "send completion %u: %s",
-		      sdone, ibv_wc_status_str(wc.status));
-		sdone++;
-	}
+	net_reap_sends(n, &sdone, ROUNDS);
 	net_sync(n, T_DONE);
 }
 

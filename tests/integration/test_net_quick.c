@@ -95,19 +95,9 @@ static void pp_side(struct net_end *n)
 		post_slot(n, i);
 		if (me)
 			send_round(n, i, me);
-		while (ibv_poll_cq(n->scq, 1, &wc) == 1) {
-			CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == sdone && wc.opcode == IBV_WC_SEND,
-			      "send completion %u: %s wr_id %llu", sdone,
-			      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
-			sdone++;
-		}
+		net_reap_sends(n, &sdone, 0);
 	}
-	while (sdone < ROUNDS) {
-		CHECK(poll_one(n->scq, &wc, DEADLINE_MS) == 1, "send completion %u missing", sdone);
-		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == sdone, "send completion %u: %s",
-		      sdone, ibv_wc_status_str(wc.status));
-		sdone++;
-	}
+	net_reap_sends(n, &sdone, ROUNDS);
 	net_sync(n, T_DONE);
 }
 
