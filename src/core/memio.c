@@ -211,19 +211,19 @@ static void membar_register(void)
 		     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0);
 }
 
+/* (a forked child registers again: one thread then, so at once) */
 __attribute__((constructor)) static void membar_init(void)
 {
 	membar_register();
+	pthread_atfork(NULL, NULL, membar_register);
 }
 
 /* In a forked child only the forking thread is left, under another
- * thread id than the one its slot names: every slot is free again. (The
- * child registers for membarrier itself.) */
+ * thread id than the one its slot names: every slot is free again. */
 static void guard_child(void)
 {
 	memset(guards, 0, sizeof(guards));
 	pthread_setspecific(guard_key, NULL);
-	membar_register();
 }
 
 static void guard_install(void)
