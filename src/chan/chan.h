@@ -12,6 +12,9 @@
  *           caller then builds the message and calls send).
  *   kick  - move queued messages. Called with no QP lock held; may deliver
  *           inbound messages to the core (qp_rx) in the caller's thread.
+ *   idle  - optional: a kick now would do nothing (a look, no lock), so
+ *           that a poster may skip it, and the reference it would take
+ *           for it, while it still holds the QP lock (chan_kick_needed).
  *   close - the QP is going away or being reset: stop delivering to it
  *           and tell the peer. After close returns, the channel never
  *           touches that QP again. Drops the QP's reference.
@@ -52,6 +55,7 @@ struct sr_chan_ops {
 	int (*ack)(struct sr_chan *ch, uint32_t msn);
 	int (*send_small)(struct sr_chan *ch, const struct sr_small *r);
 	void (*kick)(struct sr_chan *ch);
+	bool (*idle)(struct sr_chan *ch);
 	void (*close)(struct sr_chan *ch);
 	void (*free)(struct sr_chan *ch);
 };
@@ -75,6 +79,12 @@ struct sr_chan {
 
 static inline int chan_send(struct sr_chan *ch, struct sr_msg *m) { return ch->ops->send(ch, m); }
 static inline void chan_kick(struct sr_chan *ch) { ch->ops->kick(ch); }
+/* Would a kick do anything? (Two locked instructions and a call a post
+ * saved: 64-byte ib_send_bw on shm, docs/PERFORMANCE.md.) */
+static inline bool chan_kick_needed(struct sr_chan *ch)
+{
+	return !ch->ops->idle || !ch->ops->idle(ch);
+}
 static inline void chan_close(struct sr_chan *ch) { ch->ops->close(ch); }
 static inline void chan_get(struct sr_chan *ch) { atomic_fetch_add(&ch->refs, 1); }
 static inline void chan_put(struct sr_chan *ch)

@@ -481,6 +481,7 @@ static const struct sr_chan_ops tcp_ops = {
 	.ack = tcp_ack,
 	.send_small = tcp_send_small,
 	.kick = tcp_kick,
+	.idle = tcp_idle,
 	.close = tcp_close,
 	.free = tcp_free,
 };

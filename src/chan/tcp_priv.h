@@ -370,6 +370,7 @@ int tcp_send(struct sr_chan *ch, struct sr_msg *m);
 int tcp_ack(struct sr_chan *ch, uint32_t msn);
 int tcp_send_small(struct sr_chan *ch, const struct sr_small *r);
 void tcp_kick(struct sr_chan *ch);
+bool tcp_idle(struct sr_chan *ch);
 /* Flush now, whatever is in flight (the receive path, after answers). */
 void tcp_kick_now(struct tcp_chan *tc);
 void tcp_tx_faults(struct tcp_chan *tc);

@@ -826,6 +826,17 @@ static bool tx_hold(struct tcp_chan *tc)
 	       !progress_in_thread(tc->tctx->pg);
 }
 
+/* Nothing queued, owed, paused or to report (a post on shm wrote its
+ * message in tcp_send), or the post before this kick was held with
+ * nothing else to do: a kick has nothing to do. */
+bool tcp_idle(struct sr_chan *ch)
+{
+	struct tcp_chan *tc = to_tc(ch);
+
+	return atomic_load_explicit(&tc->tx_idle, memory_order_acquire) ||
+	       atomic_load_explicit(&tc->tx_held, memory_order_acquire);
+}
+
 void tcp_kick(struct sr_chan *ch)
 {
 	struct tcp_chan *tc = to_tc(ch);
@@ -833,11 +844,7 @@ void tcp_kick(struct sr_chan *ch)
 
 	struct sr_qp *qp = NULL;
 
-	/* Nothing queued, owed, paused or to report (a post on shm wrote
-	 * its message in tcp_send), or the post before this kick was held
-	 * with nothing else to do: nothing to do. */
-	if (atomic_load_explicit(&tc->tx_idle, memory_order_acquire) ||
-	    atomic_load_explicit(&tc->tx_held, memory_order_acquire))
+	if (tcp_idle(ch))
 		return;
 	sr_mutex_lock(&tc->lock);
 	if (tc->state == TS_UP && !tc->closed) {

@@ -618,8 +618,10 @@ void qp_kick(struct sr_qp *qp)
 
 	sr_mutex_lock(&qp->lock);
 	ch = qp->chan;
-	if (ch)
+	if (ch && chan_kick_needed(ch))
 		chan_get(ch);
+	else
+		ch = NULL;
 	sr_mutex_unlock(&qp->lock);
 	if (ch) {
 		chan_kick(ch);

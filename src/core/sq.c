@@ -825,10 +825,14 @@ int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **
 	else
 		qp_sq_progress_locked(qp);
 out:
-	/* qp_kick, without taking the QP lock again */
+	/* qp_kick, without taking the QP lock again, and only if the
+	 * channel has something to do (on shm a post's request is in the
+	 * ring already) */
 	ch = qp->raw ? NULL : qp->chan;
-	if (ch)
+	if (ch && chan_kick_needed(ch))
 		chan_get(ch);
+	else
+		ch = NULL;
 	sr_mutex_unlock(&qp->lock);
 	if (ch) {
 		chan_kick(ch);
