@@ -9,29 +9,78 @@
  * default pthread mutex (no spinning: on two vCPUs the holder may be the
  * thread a spinner keeps from running).
  *
+ * Biased (DESIGN.md decision 5): even a free lock's compare-and-swap and
+ * exchange are locked instructions, each a full barrier that waits for
+ * every store before it; the two dozen of an 8-byte ping-pong's round
+ * cost about a fifth of it. A lock that one thread keeps taking, one
+ * after another, with nobody else, is given to that thread (bias): it
+ * then takes and releases it with plain stores to `active` and a look at
+ * `bias`. Another thread that wants it takes the mutex, clears `bias`,
+ * makes every thread of the process pass a full barrier
+ * (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), registered as the
+ * library loads) and waits until the owner is out: the owner that stored
+ * `active` before that barrier is seen inside, and one that stores it
+ * after sees `bias` cleared and takes the mutex. Each such revocation
+ * makes the next bias harder to get (sr_mutex_lock_slow). x86-64 only
+ * (stores are seen in order there); elsewhere, and without membarrier,
+ * never biased.
+ *
  * Not recursive, no owner checks, no condition variables: a lock that
- * needs one stays a pthread_mutex_t. Process-private (FUTEX_PRIVATE): not
- * for memory shared with another process. */
+ * needs one stays a pthread_mutex_t. Released by the thread that took it
+ * (the bias is given, and given up, by who the thread is).
+ * Process-private (FUTEX_PRIVATE): not for memory shared with another
+ * process. */
 #ifndef SOFTRNIC_LOCK_H
 #define SOFTRNIC_LOCK_H
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {
-	_Atomic uint32_t state;
+	_Atomic uint32_t state;		/* the mutex: 0, 1, 2 */
+	uint32_t streak;		/* takes in a row by `last` (mutex held) */
+	_Atomic uintptr_t bias;		/* the owner's sr_self(), or 0 */
+	_Atomic uintptr_t active;	/* the owner's sr_self() while it holds
+					 * the lock by its bias, else 0 */
+	uintptr_t last;			/* (mutex held) */
+	bool earned;			/* last gets the bias as it lets go of
+					 * the mutex (mutex held) */
+	uint32_t need;			/* streak that earns the bias, less
+					 * SR_BIAS_STREAK (mutex held) */
+	_Atomic uint32_t used;		/* takes by the bias since it was given
+					 * (the owner counts) */
 } sr_mutex;
 
-#define SR_MUTEX_INIT { 0 }
+#define SR_MUTEX_INIT { 0, 0, 0, 0, 0, false, 0, 0 }
 
-/* The contended halves (lock.c). */
-void sr_mutex_wait(sr_mutex *m);
-void sr_mutex_wake(sr_mutex *m);
+/* The slow halves (lock.c). */
+void sr_mutex_lock_slow(sr_mutex *m, uintptr_t me);
+int sr_mutex_trylock_slow(sr_mutex *m, uintptr_t me);
+void sr_mutex_unlock_slow(sr_mutex *m);
+
+/* The process's threads pass a full barrier (lock.c): 0, or -1 when
+ * membarrier is not there (then nothing is biased). */
+bool sr_membar_ready(void);
+int sr_membar_all(void);
+
+/* This thread, as a number no other live thread has. */
+static inline uintptr_t sr_self(void)
+{
+	uintptr_t t;
+
+#if defined(__x86_64__)
+	__asm__("mov %%fs:0, %0" : "=r"(t));	/* the TCB's own address */
+#else
+	t = 0;
+#endif
+	return t;
+}
 
 static inline void sr_mutex_init(sr_mutex *m)
 {
-	atomic_init(&m->state, 0);
+	*m = (sr_mutex)SR_MUTEX_INIT;
 }
 
 static inline void sr_mutex_destroy(sr_mutex *m)
@@ -39,29 +88,59 @@ static inline void sr_mutex_destroy(sr_mutex *m)
 	(void)m;
 }
 
-static inline void sr_mutex_lock(sr_mutex *m)
+/* The owner's way in: 1 if it holds the lock now. */
+static inline bool sr_mutex_biased_take(sr_mutex *m, uintptr_t me)
 {
-	uint32_t free_ = 0;
-
-	if (!__builtin_expect(atomic_compare_exchange_strong_explicit(
-				      &m->state, &free_, 1, memory_order_acquire,
-				      memory_order_relaxed), 1))
-		sr_mutex_wait(m);
+#if defined(__x86_64__)
+	if (atomic_load_explicit(&m->bias, memory_order_relaxed) != me)
+		return false;
+	atomic_store_explicit(&m->active, me, memory_order_relaxed);
+	/* (a revoker's membarrier orders the two for the hardware; only
+	 * the compiler must not) */
+	atomic_signal_fence(memory_order_seq_cst);
+	if (__builtin_expect(atomic_load_explicit(&m->bias, memory_order_acquire) == me, 1)) {
+		/* (only the owner writes it while it has the bias) */
+		atomic_store_explicit(&m->used,
+				      atomic_load_explicit(&m->used, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+		return true;
+	}
+	atomic_store_explicit(&m->active, 0, memory_order_release);
+#else
+	(void)m;
+	(void)me;
+#endif
+	return false;
 }
 
-/* 0 if taken, EBUSY if held (as pthread_mutex_trylock). */
+static inline void sr_mutex_lock(sr_mutex *m)
+{
+	uintptr_t me = sr_self();
+
+	if (!sr_mutex_biased_take(m, me))
+		sr_mutex_lock_slow(m, me);
+}
+
+/* 0 if taken, EBUSY if held (as pthread_mutex_trylock), also by this
+ * thread. */
 static inline int sr_mutex_trylock(sr_mutex *m)
 {
-	uint32_t free_ = 0;
+	uintptr_t me = sr_self();
 
-	return atomic_compare_exchange_strong_explicit(&m->state, &free_, 1, memory_order_acquire,
-						       memory_order_relaxed) ? 0 : EBUSY;
+	if (me && atomic_load_explicit(&m->active, memory_order_relaxed) == me)
+		return EBUSY;
+	return sr_mutex_biased_take(m, me) ? 0 : sr_mutex_trylock_slow(m, me);
 }
 
 static inline void sr_mutex_unlock(sr_mutex *m)
 {
-	if (__builtin_expect(atomic_exchange_explicit(&m->state, 0, memory_order_release) != 1, 0))
-		sr_mutex_wake(m);
+	uintptr_t me = sr_self();
+
+	if (me && atomic_load_explicit(&m->active, memory_order_relaxed) == me) {
+		atomic_store_explicit(&m->active, 0, memory_order_release);
+		return;
+	}
+	sr_mutex_unlock_slow(m);
 }
 
 #endif

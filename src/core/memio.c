@@ -24,7 +24,6 @@
 #include "core/core.h"
 
 #include <errno.h>
-#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -195,28 +194,12 @@ static void guard_release(void *v)
 
 /* The writers' half of the Dekker with mem_quiesce (mem_write_at_gen)
  * would cost a full fence per received message. With membarrier (Linux
- * 4.14) the rare half makes every thread of the process fence instead
- * (MEMBARRIER_CMD_PRIVATE_EXPEDITED, once per deregistration), and a
- * writer only keeps the compiler from reordering: a writer that looked at
- * the generation before the quiescer's barrier had its "I write" made
- * visible by it, and one that looks after sees the new generation.
- * Registered as the library loads, before any writer runs (else the
- * writers fence): in a process of one thread that is at once, where with
- * more threads the kernel waits for a grace period (10-20 ms here). */
-static atomic_bool membar_ok;
-
-static void membar_register(void)
-{
-	atomic_store(&membar_ok,
-		     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0);
-}
-
-/* (a forked child registers again: one thread then, so at once) */
-__attribute__((constructor)) static void membar_init(void)
-{
-	membar_register();
-	pthread_atfork(NULL, NULL, membar_register);
-}
+ * 4.14; lock.c registers it as the library loads) the rare half makes
+ * every thread of the process fence instead (once per deregistration),
+ * and a writer only keeps the compiler from reordering: a writer that
+ * looked at the generation before the quiescer's barrier had its "I
+ * write" made visible by it, and one that looks after sees the new
+ * generation. */
 
 /* In a forked child only the forking thread is left, under another
  * thread id than the one its slot names: every slot is free again. */
@@ -316,8 +299,8 @@ int mem_write_at_gen(uintptr_t dst, const void *src, size_t len, uint64_t gen)
 	 * generation; it moves the generation, then looks at us. */
 	seq = atomic_load_explicit(&guards[slot].pseq, memory_order_relaxed);
 	atomic_store_explicit(&guards[slot].pseq, seq + 1, memory_order_relaxed);
-	if (atomic_load_explicit(&membar_ok, memory_order_relaxed))
-		atomic_signal_fence(memory_order_seq_cst);	/* (membar_ok) */
+	if (sr_membar_ready())
+		atomic_signal_fence(memory_order_seq_cst);	/* (membarrier) */
 	else
 		atomic_thread_fence(memory_order_seq_cst);
 	if (mr_gen() != gen)
@@ -333,11 +316,9 @@ void mem_quiesce(void)
 	/* (every slot, installed or not: a few microseconds, once per
 	 * deregistration) */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load(&membar_ok) &&
-	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)) {
+	if (sr_membar_ready() && sr_membar_all()) {
 		/* (registered, it does not fail; should it, writers that did
 		 * not fence are done within microseconds: wait that out) */
-		atomic_store(&membar_ok, false);
 		usleep(1000);
 	}
 	for (int i = 0; i < GUARD_SLOTS; i++) {
