@@ -295,8 +295,10 @@ static void wake_if(struct shm_ring_ctl *ctl, int efd)
 {
 	_Atomic uint32_t *flag = &ctl->rx_sleep;
 
-	if (!atomic_load_explicit(&ctl->rx_polled, memory_order_relaxed))
+	if (!atomic_load_explicit(&ctl->rx_polled, memory_order_relaxed)) {
 		atomic_thread_fence(memory_order_seq_cst);
+		chan_stat_inc(&chan_stats.shm_fenced);
+	}
 	if (atomic_load_explicit(flag, memory_order_relaxed) &&
 	    atomic_exchange_explicit(flag, 0, memory_order_relaxed))
 		wake(efd);
@@ -669,7 +671,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
 		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu "
-		"rx_waited %llu rx_quick %llu\n",
+		"rx_waited %llu rx_quick %llu shm_fenced %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -682,5 +684,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.tcp_poll_late),
 		(unsigned long long)atomic_load(&chan_stats.shm_left),
 		(unsigned long long)atomic_load(&chan_stats.rx_waited),
-		(unsigned long long)atomic_load(&chan_stats.rx_quick));
+		(unsigned long long)atomic_load(&chan_stats.rx_quick),
+		(unsigned long long)atomic_load(&chan_stats.shm_fenced));
 }

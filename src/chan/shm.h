@@ -57,6 +57,8 @@ struct chan_stats {
 	_Atomic uint64_t rx_quick;	/* records a polling program thread
 					 * delivered in its quick pass
 					 * (tcp_fast.c) */
+	_Atomic uint64_t shm_fenced;	/* ring writes fenced for a consumer
+					 * that does not poll (wake_if) */
 };
 extern struct chan_stats chan_stats;
 

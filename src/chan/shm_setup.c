@@ -493,6 +493,16 @@ fail:
 }
 
 /* Our eventfd goes into the progress engine. tc->lock held. */
+/* Our ring is up: a program thread that owned the stream already (it
+ * polled while the stream was on TCP) tells the peer it polls the ring
+ * (rx_polled; else the peer fenced every record it wrote, for good: the
+ * flag changes only as ownership does). tc->lock held. */
+static void rx_polled_now(struct tcp_chan *tc)
+{
+	if (tc->poll_owned)
+		shm_polled_locked(tc, true);
+}
+
 static bool watch_locked(struct tcp_chan *tc, struct shm_link *l)
 {
 	tc->epl.fd = l->efd_own;
@@ -601,6 +611,7 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	/* Everything the accepter sends from now on is in the ring. What we
 	 * held goes there too, behind SWITCH. */
 	tc->shm_rx = true;
+	rx_polled_now(tc);
 	tc->shm_hold_until = 0;
 	tc->shm_pull_ok = a.pull_ok != 0;
 	tc->shm_map_ok = a.map_ok && s.map_ok;
@@ -645,6 +656,7 @@ static int on_switch(struct tcp_chan *tc, const uint8_t *body, size_t len)
 		return -EBADMSG;
 	sr_mutex_lock(&tc->lock);
 	tc->shm_rx = true;
+	rx_polled_now(tc);
 	tc->shm_pull_ok = s.pull_ok != 0;
 	tc->shm_map_ok = s.map_ok && atomic_load(&tc->shm->side.fd) >= 0;
 	tc->shm->io.no_pull = !tc->shm_pull_ok;

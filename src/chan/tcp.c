@@ -84,6 +84,24 @@ void poll_own_locked(struct tcp_chan *tc, bool own)
 		shm_polled_locked(tc, own);
 }
 
+/* A program thread's poll took a message off a ring the progress thread
+ * still watches: the poller owns the stream from now on, as
+ * tcp_shm_event would have made it once woken. A poller that always
+ * comes first keeps it from ever being woken (it asks for no wakeup: the
+ * ring is never empty for it), and meanwhile the peer fenced every
+ * message it wrote (rx_polled) and our ACKs went alone, not with the
+ * program's reply. tc->lock held. */
+void poll_claim_locked(struct tcp_chan *tc)
+{
+	if (tc->poll_owned || !tc->shm_rx || tc->rx_waiter || tc->state != TS_UP || tc->closed)
+		return;
+	/* (stamped: the check POLL_CHECK_NS later finds the poller active
+	 * unless it stopped) */
+	atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
+	poll_own_locked(tc, true);
+	tcp_timer_arm_locked(tc, POLL_CHECK_NS);
+}
+
 /* (tcp_rx.c: a lone ACK completed all the QP awaited, so its program will
  * not poll for the reply the peer sends later, and may watch its memory
  * for it; an ACK that comes with the reply leaves the stream to the

@@ -60,6 +60,11 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	qp = tc->qp;
 	owed_before = tc->ack_pending;
 	tc->rx_poller = true;
+	/* (a SEND: the program polls for it; not a lone ACK: after the
+	 * completion it brings, the program may watch its memory for the
+	 * peer's WRITE, which the progress thread must then place) */
+	if (op == SHM_SMALL_SEND)
+		poll_claim_locked(tc);
 	sr_mutex_unlock(&tc->lock);
 	/* (back-pressure: the general pass holds the stream) */
 	if (qp_rx_congested(qp))

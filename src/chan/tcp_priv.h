@@ -313,6 +313,7 @@ void want(struct tcp_chan *tc, uint32_t events);
 /* The program's poller owns the stream (or no longer); on shm the ring's
  * writer hears of it. tc->lock held. */
 void poll_own_locked(struct tcp_chan *tc, bool own);
+void poll_claim_locked(struct tcp_chan *tc);
 /* TCP: nobody will poll for what comes next on this stream (a lone ACK
  * completed all its QP awaited, or a WRITE is half in): the progress
  * thread watches the socket again. tc->lock held. */

@@ -866,6 +866,8 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			ans_apply_locked(tc);
 			if (idle || (!tc->shm_rx && rx_write_under_way(tc) && qp_awaits_nothing(qp)))
 				poll_release_locked(tc);
+			else if (!quiet)
+				poll_claim_locked(tc);	/* (completions it polls for) */
 			/* (TCP: also on a stream not left to pollers yet, with
 			 * the stream's timer to send it; no poll check would) */
 			defer = (tc->poll_owned || !tc->shm_rx) && !owed_before && only_ack_owed(tc);

@@ -7,7 +7,8 @@
  * quick pass keeps a copy of its own of a message that lived on its
  * stack) and are delivered, in order and intact, once receives are
  * posted; both also through an SRQ. The stats line's rx_quick proves the
- * quick pass carried them.
+ * quick pass carried them, and its shm_fenced that a poller's peer writes
+ * to it without fences.
  * Two processes on one host (shm). */
 #include "net_common.h"
 
@@ -110,6 +111,19 @@ static void sub_pingpong(void)
 		   "records delivered by a poller's quick pass in " STR(ROUNDS) " rounds");
 }
 
+/* The same ping-pong: each side's poller takes the stream from its
+ * progress thread (which it always comes before, so never lets wake) and
+ * says so in the ring (rx_polled): the peer's writes then need no fence.
+ * Before, one side of every pair wrote every message with one. */
+static void sub_unfenced(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	pair_count(&o, pp_side, pp_side, "shm_fenced", 0, ROUNDS / 4,
+		   "ring writes fenced in " STR(ROUNDS) " rounds, both sides");
+}
+
 /* ---- no receive posted: the SENDs wait, then arrive intact, in order ---- */
 
 static void park_a(struct net_end *n)
@@ -187,6 +201,7 @@ int main(int argc, char **argv)
 {
 	struct subtest tests[] = {
 		{ "pingpong", sub_pingpong },
+		{ "unfenced", sub_unfenced },
 		{ "parked", sub_parked },
 		{ "srq_pingpong", sub_srq_pingpong },
 		{ "srq_parked", sub_srq_parked },
