@@ -9,15 +9,18 @@
  *
  * The bias (lock.h): whoever takes the mutex first takes the lock from a
  * biased owner (bias_revoke); a thread that then took it SR_BIAS_STREAK
- * times in a row (plus what revocations added) gets the bias. A
- * revocation costs a membarrier (an interrupt to each CPU that runs a
- * thread of the process: 14 us here with the other vCPU busy), about what
- * SR_BIAS_PAID takes by the bias save. A revocation before the owner took
- * that many quadruples the streak the next bias needs, up to SR_BIAS_MAX
- * (two threads that take turns soon stop handing it back and forth); one
- * after starts over. (The progress thread's look at a stream a program
- * polls, once a millisecond, revokes the program thread's bias each
- * time: worth it, at a few thousand takes a millisecond.)
+ * times in a row (plus `need`) gets the bias. A revocation costs a
+ * membarrier (an interrupt to each CPU that runs a thread of the process:
+ * 14 us here with the other vCPU busy), about what SR_BIAS_PAID takes by
+ * the bias save. So the lock keeps an account (`credit`): each
+ * revocation adds the owner's biased takes and subtracts SR_BIAS_PAID;
+ * in credit the next bias comes after the plain streak, in debt only
+ * after as many more takes as the debt (two threads that take turns soon
+ * stop handing it back and forth; the credit is capped, so a long good
+ * run does not excuse many bad ones). The progress thread's look at a
+ * stream a program polls, once a millisecond (sometimes twice in a few
+ * microseconds), revokes the program thread's bias each time: worth it,
+ * at thousands of takes a millisecond.
  */
 #include "core/lock.h"
 
@@ -32,6 +35,7 @@
 #define SR_BIAS_STREAK	16
 #define SR_BIAS_MAX	(1U << 22)
 #define SR_BIAS_PAID	2048
+#define SR_BIAS_CREDIT	(8 * SR_BIAS_PAID)
 
 /* ---- membarrier ------------------------------------------------------ */
 
@@ -117,11 +121,12 @@ static int bias_revoke(sr_mutex *m, uintptr_t me, bool wait)
 			atomic_thread_fence(memory_order_seq_cst);
 			usleep(1000);
 		}
-		if (atomic_load_explicit(&m->used, memory_order_relaxed) >= SR_BIAS_PAID)
-			m->need = 0;
-		else
-			m->need = m->need ? (m->need >= SR_BIAS_MAX / 4 ? SR_BIAS_MAX : m->need * 4)
-					  : SR_BIAS_STREAK * 4;
+		int64_t c = (int64_t)m->credit +
+			    atomic_load_explicit(&m->used, memory_order_relaxed) - SR_BIAS_PAID;
+
+		c = c > SR_BIAS_CREDIT ? SR_BIAS_CREDIT : c < -(int64_t)SR_BIAS_MAX ? -(int64_t)SR_BIAS_MAX : c;
+		m->credit = (int32_t)c;
+		m->need = c >= 0 ? 0 : (uint32_t)-c;
 		m->streak = 0;
 	}
 	/* (the owner does not know we wait: nobody wakes us; a section is

@@ -20,8 +20,9 @@
  * (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), registered as the
  * library loads) and waits until the owner is out: the owner that stored
  * `active` before that barrier is seen inside, and one that stores it
- * after sees `bias` cleared and takes the mutex. Each such revocation
- * makes the next bias harder to get (sr_mutex_lock_slow). x86-64 only
+ * after sees `bias` cleared and takes the mutex. A revocation that the
+ * owner's biased takes did not pay for makes the next bias harder to get
+ * (lock.c). x86-64 only
  * (stores are seen in order there); elsewhere, and without membarrier,
  * never biased.
  *
@@ -49,11 +50,13 @@ typedef struct {
 					 * the mutex (mutex held) */
 	uint32_t need;			/* streak that earns the bias, less
 					 * SR_BIAS_STREAK (mutex held) */
+	int32_t credit;			/* biased takes less revocations' cost
+					 * (lock.c; mutex held) */
 	_Atomic uint32_t used;		/* takes by the bias since it was given
 					 * (the owner counts) */
 } sr_mutex;
 
-#define SR_MUTEX_INIT { 0, 0, 0, 0, 0, false, 0, 0 }
+#define SR_MUTEX_INIT { 0, 0, 0, 0, 0, false, 0, 0, 0 }
 
 /* The slow halves (lock.c). */
 void sr_mutex_lock_slow(sr_mutex *m, uintptr_t me);
