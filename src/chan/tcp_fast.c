@@ -1,13 +1,14 @@
 /* A polling program thread's quick pass over a ring (DESIGN.md decision
- * 23, "the poller's quick pass"): when the next record is a small SEND or
- * a lone ACK and nothing is published behind it (a ping-pong's message,
- * a sender's ACK), it is delivered without the general receive pass
+ * 23, "the poller's quick pass"): when the next record is a small SEND,
+ * a small WRITE or a lone ACK and nothing is published behind it (a
+ * ping-pong's message, a sender's ACK), it is delivered without the
+ * general receive pass
  * (tcp_rx.c): no message allocated (the SEND lives on this stack unless
  * it must wait for a receive WQE), no staging, one hold of the QP lock
  * and two of the stream's. What it delivers, and the ACK it leaves owed,
  * are exactly what tcp_rx_locked's poller pass would have made of the
  * same record (small_take, then qp_rx_many, then its end); anything else
- * (a WRITE, a batch, staged bytes, a stream not up) is left to that pass,
+ * (a batch, staged bytes, a stream not up) is left to that pass,
  * untouched. */
 #include "chan/tcp_priv.h"
 #include "chan/shm_small.h"
@@ -50,7 +51,7 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	    tc->as_active)
 		return 0;
 	op = shm_small_alone(tc);
-	if (op != SHM_SMALL_SEND && op != SHM_SMALL_ACK)
+	if (op != SHM_SMALL_SEND && op != SHM_SMALL_WRITE && op != SHM_SMALL_ACK)
 		return 0;
 	sr_mutex_lock(&tc->lock);
 	if (tc->state != TS_UP || tc->closed) {
@@ -76,15 +77,24 @@ int tcp_rx_fast(struct tcp_chan *tc)
 				 * general pass reads what is there) */
 	/* (the copy is ours: decoded once, from it; RFC 5041 §5.3: SEND
 	 * MSNs in order) */
-	if (shm_small_decode(buf, (size_t)k, &h) || h.op == SHM_SMALL_WRITE ||
+	if (shm_small_decode(buf, (size_t)k, &h) ||
 	    (h.op == SHM_SMALL_SEND && h.msn != tc->rx_msn[DDP_QN_SEND]))
 		return -EBADMSG;
-	if (h.op == SHM_SMALL_SEND) {
+	if (h.op != SHM_SMALL_ACK) {
 		m = &u.m;
 		memset(m, 0, sizeof(*m));
 		sr_list_init(&m->link);
 		m->len = h.len;
-		small_send_msg(tc, &h, m);
+		if (h.op == SHM_SMALL_SEND) {
+			small_send_msg(tc, &h, m);
+		} else {
+			/* a whole WRITE (no segment of one is under way:
+			 * as_active, above), as tagged_msg makes it */
+			m->op = SR_MSG_WRITE;
+			m->msn = tc->rx_req_msn++;
+			m->stag = h.word;
+			m->to = h.to;
+		}
 		memcpy(m->payload, buf + sizeof(h), h.len);
 	}
 	if (h.flags & SHM_SMALL_F_ACK)

@@ -652,10 +652,12 @@ static NET_UNUSED void net_fork_run(const struct net_opts *o, net_side_fn fa,
 	close(fd);
 }
 
-/* Reap the send completions of SENDs posted with wr_id 0, 1, 2, ... in
- * order: those there now (upto 0), or every one below upto, each waited
- * for. Each must be a successful SEND of the next wr_id; *done counts. */
-static NET_UNUSED void net_reap_sends(struct net_end *n, uint32_t *done, uint32_t upto)
+/* Reap the send completions of requests posted with wr_id 0, 1, 2, ...
+ * in order: those there now (upto 0), or every one below upto, each
+ * waited for. Each must be a successful completion of the next wr_id,
+ * of opcode op; *done counts. */
+static NET_UNUSED void net_reap(struct net_end *n, uint32_t *done, uint32_t upto,
+				enum ibv_wc_opcode op)
 {
 	struct ibv_wc wc;
 
@@ -668,11 +670,17 @@ static NET_UNUSED void net_reap_sends(struct net_end *n, uint32_t *done, uint32_
 		} else if (ibv_poll_cq(n->scq, 1, &wc) != 1) {
 			return;
 		}
-		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == *done && wc.opcode == IBV_WC_SEND,
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == *done && wc.opcode == op,
 		      "send completion %u: %s wr_id %llu opcode %d", *done,
 		      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id, wc.opcode);
 		(*done)++;
 	}
+}
+
+/* net_reap of SENDs. */
+static NET_UNUSED void net_reap_sends(struct net_end *n, uint32_t *done, uint32_t upto)
+{
+	net_reap(n, done, upto, IBV_WC_SEND);
 }
 
 /* ---- counts: the stats line each side prints (SOFTRNIC_STATS=1) -------- */

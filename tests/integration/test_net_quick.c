@@ -6,7 +6,9 @@
  * completions in order; and SENDs that find no receive WQE wait (the
  * quick pass keeps a copy of its own of a message that lived on its
  * stack) and are delivered, in order and intact, once receives are
- * posted; both also through an SRQ. The stats line's rx_quick proves the
+ * posted; both also through an SRQ; small WRITEs placed while their
+ * target polls, and one with a wrong key refused. The stats line's
+ * rx_quick proves the
  * quick pass carried them, and its shm_fenced that a poller's peer writes
  * to it without fences.
  * Two processes on one host (shm). */
@@ -164,6 +166,152 @@ static void park_b(struct net_end *n)
 	net_sync(n, T_DONE);
 }
 
+/* ---- small WRITEs: each side watches its memory, polling its empty CQ ---- */
+
+static uint8_t *win(struct net_end *n, uint32_t i)
+{
+	return n->b.p + 64 * KIB + (size_t)(i % NRECV) * SLOT;
+}
+
+static uint32_t wlen(uint32_t i)
+{
+	return msg_len(i) ? msg_len(i) : 1;	/* (a byte to watch for) */
+}
+
+/* The last byte of round i's WRITE from side `from`. */
+static uint8_t last_of(uint32_t i, int from)
+{
+	uint8_t b[SLOT];
+
+	fill_pattern(b, wlen(i), i * 2 + (uint32_t)from);
+	return b[wlen(i) - 1];
+}
+
+/* Round i's window made ready: its last byte not what round i writes. */
+static void win_clear(struct net_end *n, uint32_t i, int from)
+{
+	memset(win(n, i), (uint8_t)~last_of(i, from), SLOT);
+}
+
+static void write_round(struct net_end *n, uint32_t i, int b)
+{
+	uint8_t *tx = n->b.p + (size_t)(i % NRECV) * SLOT;
+	uint32_t len = wlen(i);
+
+	fill_pattern(tx, len, i * 2 + (uint32_t)b);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, i, tx, len, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED | (len <= 64 ? IBV_SEND_INLINE : 0),
+			 n->peer.addr + 64 * KIB + (i % NRECV) * SLOT, n->peer.rkey, 0) == 0,
+	      "post WRITE %u", i);
+}
+
+/* As ib_write_lat waits: on its memory; polling the empty receive CQ
+ * meanwhile, which is what lets the quick pass place the WRITE. */
+static void write_wait(struct net_end *n, uint32_t i, int from)
+{
+	volatile uint8_t *last = win(n, i) + wlen(i) - 1;
+	uint64_t end = now_ms() + DEADLINE_MS;
+	char what[48];
+	struct ibv_wc wc;
+
+	while (*last != last_of(i, from)) {
+		CHECK(ibv_poll_cq(n->rcq, 1, &wc) == 0, "round %u: a receive completion", i);
+		CHECK(now_ms() < end, "round %u: the WRITE did not land", i);
+	}
+	snprintf(what, sizeof(what), "WRITE round %u", i);
+	check_pattern(win(n, i), wlen(i), i * 2 + (uint32_t)from, what);
+}
+
+static void wr_side(struct net_end *n)
+{
+	int me = n->role == NET_A ? 0 : 1;
+	uint32_t sdone = 0;
+
+	if (me)
+		win_clear(n, 0, 0);
+	net_sync(n, T_GO);
+	for (uint32_t i = 0; i < ROUNDS; i++) {
+		if (!me) {
+			win_clear(n, i, 1);	/* (B writes round i after ours) */
+			write_round(n, i, 0);
+		}
+		write_wait(n, i, !me);
+		if (me) {
+			win_clear(n, i + 1, 0);	/* (A writes it after our reply) */
+			write_round(n, i, 1);
+		}
+		net_reap(n, &sdone, 0, IBV_WC_RDMA_WRITE);
+	}
+	net_reap(n, &sdone, ROUNDS, IBV_WC_RDMA_WRITE);
+	net_sync(n, T_DONE);
+}
+
+static void wr_side_a(struct net_end *n)
+{
+	unsetenv("SOFTRNIC_STATS");	/* (the count is B's) */
+	wr_side(n);
+}
+
+/* 1000 rounds of WRITEs of 1 to 1024 bytes, inline and not, each side
+ * polling while it waits: every byte lands, every WRITE completes in
+ * order, and B's quick pass took A's records (A's WRITEs and A's ACKs,
+ * which go alone: 1580-1760 of them; 875-894 without WRITEs in the
+ * quick pass, when it takes only the ACKs; write_refused shows a WRITE
+ * itself taken). */
+static void sub_writes(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	pair_count(&o, wr_side_a, wr_side, "rx_quick", ROUNDS / 4, 3 * ROUNDS,
+		   "records B's quick pass took in " STR(ROUNDS) " rounds of WRITEs");
+}
+
+/* A small WRITE with a wrong key, to a peer that polls: refused there (its
+ * QP goes to ERROR, its receive flushed), REM_ACCESS_ERR here, and not a
+ * byte of the region changed. */
+static void bad_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	unsetenv("SOFTRNIC_STATS");	/* (the count is B's) */
+	net_sync(n, T_GO);
+	usleep(20000);	/* (B polls by now) */
+	fill_pattern(n->b.p, 16, 5);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 1, n->b.p, 16, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED | IBV_SEND_INLINE, n->peer.addr + 64 * KIB,
+			 ~n->peer.rkey, 0) == 0, "post the WRITE");
+	expect_wc(n->scq, &wc, 1, IBV_WC_REM_ACCESS_ERR, -1, "WRITE with a wrong key");
+	net_sync(n, T_DONE);
+}
+
+static void bad_b(struct net_end *n)
+{
+	uint64_t end;
+	struct ibv_wc wc;
+	int got = 0;
+
+	memset(win(n, 0), 0x5a, SLOT);
+	post_recv1(n->qp, 0xb1, win(n, 1), 64, n->b.mr->lkey);
+	net_sync(n, T_GO);
+	end = now_ms() + DEADLINE_MS;
+	while (!got && now_ms() < end)
+		got = ibv_poll_cq(n->rcq, 1, &wc);
+	CHECK(got == 1 && wc.wr_id == 0xb1 && wc.status == IBV_WC_WR_FLUSH_ERR,
+	      "the receive flushed (got %d, status %d)", got, got ? (int)wc.status : -1);
+	check_filled(win(n, 0), 0x5a, SLOT, "the window after the refused WRITE");
+	net_sync(n, T_DONE);
+}
+
+static void sub_write_refused(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	pair_count(&o, bad_a, bad_b, "rx_quick", 1, 1,
+		   "records B's quick pass took (the refused WRITE)");
+}
+
 static void sub_srq_pingpong(void)
 {
 	struct net_opts o = net_opts_default();
@@ -202,6 +350,8 @@ int main(int argc, char **argv)
 	struct subtest tests[] = {
 		{ "pingpong", sub_pingpong },
 		{ "unfenced", sub_unfenced },
+		{ "writes", sub_writes },
+		{ "write_refused", sub_write_refused },
 		{ "parked", sub_parked },
 		{ "srq_pingpong", sub_srq_pingpong },
 		{ "srq_parked", sub_srq_parked },
