@@ -9,18 +9,21 @@
  *
  * The bias (lock.h): whoever takes the mutex first takes the lock from a
  * biased owner (bias_revoke); a thread that then took it SR_BIAS_STREAK
- * times in a row (plus `need`) gets the bias. A revocation costs a
- * membarrier (an interrupt to each CPU that runs a thread of the process:
- * 14 us here with the other vCPU busy), about what SR_BIAS_PAID takes by
- * the bias save. So the lock keeps an account (`credit`): each
- * revocation adds the owner's biased takes and subtracts SR_BIAS_PAID;
- * in credit the next bias comes after the plain streak, in debt only
- * after as many more takes as the debt (two threads that take turns soon
- * stop handing it back and forth; the credit is capped, so a long good
- * run does not excuse many bad ones). The progress thread's look at a
- * stream a program polls, once a millisecond (sometimes twice in a few
- * microseconds), revokes the program thread's bias each time: worth it,
- * at thousands of takes a millisecond.
+ * times in a row (plus `need`) gets the bias. A revocation costs the
+ * revoker a membarrier (14 us here with the other vCPU busy: 1400 biased
+ * takes' worth) and the owner an interrupt (a few hundred takes' worth),
+ * SR_BIAS_PAID between the two. So the lock keeps an account (`credit`):
+ * each revocation adds the owner's biased takes and subtracts
+ * SR_BIAS_PAID; in debt, the next bias needs as many more takes in a row
+ * as the debt, and a streak that another thread's take cuts short pays
+ * the debt back (the takes it kept from the bias). Two threads that take
+ * turns soon stop handing the bias back and forth; the credit is capped,
+ * so a long good run does not excuse many bad ones. The progress
+ * thread's look at a stream a program polls, once a millisecond
+ * (sometimes twice in a few microseconds), revokes the program thread's
+ * bias each time: worth it, at a thousand takes and more a millisecond
+ * (without the pay-back, a debt above that was never repaid: the lock
+ * stayed unbiased for good, in one run of three).
  */
 #include "core/lock.h"
 
@@ -34,7 +37,7 @@
 
 #define SR_BIAS_STREAK	16
 #define SR_BIAS_MAX	(1U << 22)
-#define SR_BIAS_PAID	2048
+#define SR_BIAS_PAID	1024
 #define SR_BIAS_CREDIT	(8 * SR_BIAS_PAID)
 
 /* ---- membarrier ------------------------------------------------------ */
@@ -150,6 +153,13 @@ static void bias_earn(sr_mutex *m, uintptr_t me)
 	if (!me || !sr_membar_ready())
 		return;
 	if (m->last != me) {
+		/* The last thread's streak, cut short: takes the debt kept
+		 * from its bias, which pay the debt back (the progress
+		 * thread's look once a millisecond cuts every streak) */
+		if (m->credit < 0) {
+			m->credit = m->streak >= (uint32_t)-m->credit ? 0 : m->credit + (int32_t)m->streak;
+			m->need = (uint32_t)-m->credit;
+		}
 		m->last = me;
 		m->streak = 1;
 		return;
