@@ -761,7 +761,7 @@ static void poll_scan(struct sr_tcp_ctx *t, struct sr_cq *cq)
 	}
 }
 
-/* The streams of cq, again: false if the list is busy. Under poll_busy. */
+/* The streams of cq, again: false if the list is busy. Under poll_lock. */
 static bool poll_refill(struct sr_tcp_ctx *t, struct sr_cq *cq, unsigned int gen)
 {
 	struct sr_chan *old[ARRAY_SIZE(cq->poll_streams)];
@@ -806,8 +806,7 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
 	struct sr_tcp_ctx *t = ctx->tcp;
 	unsigned int gen;
 
-	if (!t || atomic_load_explicit(&cq->poll_busy, memory_order_relaxed) ||
-	    atomic_exchange_explicit(&cq->poll_busy, true, memory_order_acquire))
+	if (!t || sr_mutex_trylock(&cq->poll_lock))
 		return;
 	gen = atomic_load_explicit(&t->gen, memory_order_acquire);
 	if ((cq->npoll < 0 || cq->poll_gen != gen) && !poll_refill(t, cq, gen))
@@ -821,7 +820,7 @@ void chan_tcp_poll(struct sr_context *ctx, struct sr_cq *cq)
 			tcp_rx_poll(tc);
 	}
 out:
-	atomic_store_explicit(&cq->poll_busy, false, memory_order_release);
+	sr_mutex_unlock(&cq->poll_lock);
 }
 
 void chan_tcp_cq_forget(struct sr_cq *cq)

@@ -505,9 +505,10 @@ struct sr_cq {
 	bool ring_custom;		/* ring came from its alloc() */
 	/* chan/tcp.c: the streams an empty poll looks at, each with a
 	 * reference, as the context's stream list was at generation
-	 * poll_gen (npoll < 0: none cached); poll_busy: a thread is
-	 * polling them (the others return) */
-	atomic_bool poll_busy;
+	 * poll_gen (npoll < 0: none cached); held by the thread polling
+	 * them (the others return: trylock; biased to a lone poller, no
+	 * locked instruction an empty poll) */
+	sr_mutex poll_lock;
 	int npoll;
 	unsigned int poll_gen;
 	struct sr_chan *poll_streams[16];

@@ -53,6 +53,7 @@ int cq_create_pd(struct sr_context *ctx, int cqe, struct sr_comp_channel *ch,
 		return -ENOMEM;
 	}
 	sr_mutex_init(&cq->lock);
+	sr_mutex_init(&cq->poll_lock);
 	cq->ibcq.context = &ctx->vctx.context;
 	cq->ibcq.channel = ch ? &ch->ibch : NULL;
 	cq->ibcq.cqe = cqe;
@@ -90,6 +91,7 @@ int cq_destroy(struct sr_cq *cq)
 	atomic_fetch_sub(&ctx->ncq, 1);
 	chan_tcp_cq_forget(cq);
 	sr_mutex_destroy(&cq->lock);
+	sr_mutex_destroy(&cq->poll_lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
 	pd_buf_free(cq->pd, cq->ring, SR_RES_TYPE_CQ, cq->ring_custom);
