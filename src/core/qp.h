@@ -89,6 +89,7 @@ struct sr_qp {
 	uint8_t *inl_buf;		/* sq_size * cap.max_inline_data */
 	struct sr_lkey_span lspan;	/* gather's last lkey (sq.c; qp->lock) */
 	struct sr_lkey_span rspan;	/* receive's last lkey (rx.c; qp->lock) */
+	struct sr_lkey_span wspan;	/* remote WRITE's last rkey (rx.c; qp->lock) */
 	uint32_t ssn;			/* next msn to assign */
 
 	/* receive queue (unless srq) */

@@ -135,28 +135,28 @@ void qp_rx_wc_release(struct sr_qp *qp)
 	qp->rx_wc_se = false;
 }
 
-/* Scatter a SEND payload into a receive WQE. */
-/* Write n bytes through the receive SGE s by the QP's remembered region
- * (qp->rspan), looking the key up once if it is not the one remembered:
- * 0, -EFAULT (a bad page), or -EAGAIN (not this way: the caller takes a
- * reference). */
-static int rspan_write(struct sr_qp *qp, const struct ibv_sge *s, const uint8_t *src, uint32_t n)
+/* Write n bytes at addr under key through a remembered region (*sp: the
+ * QP's of its last receive lkey, or of its last WRITE's rkey), with
+ * rights need, looking the key up once if it is not the one remembered
+ * (DESIGN.md decision 6): 0, -EFAULT (a bad page), or -EAGAIN (not this
+ * way: the caller takes a reference). */
+static int span_write(struct sr_qp *qp, struct sr_lkey_span *sp, uint32_t key, uint64_t addr,
+		      int need, const uint8_t *src, uint32_t n)
 {
-	struct sr_lkey_span *sp = &qp->rspan;
 	const struct sr_pd *pd = qp_rx_pd(qp);
 
 	for (int tries = 0; tries < 2; tries++) {
 		int ret;
 
-		if (sp->key == s->lkey && sp->pd == pd && (sp->access & IBV_ACCESS_LOCAL_WRITE) &&
-		    (sp->implicit || (s->addr >= sp->iova && n <= sp->length &&
-				      s->addr - sp->iova <= sp->length - n))) {
-			ret = mem_write_at_gen(sp->vaddr + (uintptr_t)(s->addr - sp->iova), src, n,
+		if (sp->key == key && sp->pd == pd && (sp->access & need) == need &&
+		    (sp->implicit || (addr >= sp->iova && n <= sp->length &&
+				      addr - sp->iova <= sp->length - n))) {
+			ret = mem_write_at_gen(sp->vaddr + (uintptr_t)(addr - sp->iova), src, n,
 					       sp->gen);
 			if (ret != -EAGAIN)
 				return ret;
 		}
-		if (tries || mr_span(qp_rx_ctx(qp), qp_rx_pd(qp), s->lkey, s->addr, n, sp)) {
+		if (tries || mr_span(qp_rx_ctx(qp), qp_rx_pd(qp), key, addr, n, sp)) {
 			sp->key = 0;
 			return -EAGAIN;
 		}
@@ -164,6 +164,7 @@ static int rspan_write(struct sr_qp *qp, const struct ibv_sge *s, const uint8_t 
 	return -EAGAIN;
 }
 
+/* Scatter a SEND payload into a receive WQE. */
 static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m)
 {
 	uint64_t room = 0, off = 0;
@@ -179,7 +180,8 @@ static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr
 
 		if (!n)
 			continue;
-		switch (rspan_write(qp, s, m->payload + off, n)) {
+		switch (span_write(qp, &qp->rspan, s->lkey, s->addr, IBV_ACCESS_LOCAL_WRITE,
+				   m->payload + off, n)) {
 		case 0:
 			off += n;
 			continue;
@@ -247,13 +249,27 @@ static int rx_resolve(struct sr_qp *qp, struct sr_msg *m, uint64_t len, int need
 static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 {
 	struct sr_mref ref = { 0 };
+	bool placed;
 
 	if (m->flags & SR_MSGF_PLACE_ERR) {
 		rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 		return RX_DONE;
 	}
-	qp->rx_write_acc += (m->flags & SR_MSGF_PLACED) ? m->placed : m->len;
-	if (m->len && !(m->flags & SR_MSGF_PLACED)) {
+	placed = m->flags & SR_MSGF_PLACED;
+	qp->rx_write_acc += placed ? m->placed : m->len;
+	if (m->len && !placed && (qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE)) {
+		/* (the key of the last WRITE, remembered: no key table, no
+		 * reference; windows and the rest take the table's way) */
+		int ret = span_write(qp, &qp->wspan, m->stag, m->to, IBV_ACCESS_REMOTE_WRITE,
+				     m->payload, m->len);
+
+		if (ret == -EFAULT) {
+			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
+			return RX_DONE;
+		}
+		placed = !ret;
+	}
+	if (m->len && !placed) {
 		if (rx_resolve(qp, m, m->len, IBV_ACCESS_REMOTE_WRITE, &ref)) {
 			rx_fail(qp, m, SR_ST_REM_ACCESS, IBV_EVENT_QP_ACCESS_ERR);
 			return RX_DONE;

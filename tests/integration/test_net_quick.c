@@ -312,6 +312,95 @@ static void sub_write_refused(void)
 		   "records B's quick pass took (the refused WRITE)");
 }
 
+/* ---- a WRITE's remembered key: a region gone, or its rights cut ---- */
+
+enum { T_WROTE = 0x41, T_CHANGED };
+
+/* A writes twice with B's key of a second region, each while B polls:
+ * the first lands; between the two, B deregisters that region (or takes
+ * its remote write right away); the second must be refused
+ * (REM_ACCESS_ERR) and change nothing, though the QP remembered the key
+ * from the first. */
+static void key_a(struct net_end *n)
+{
+	uint64_t addr, rkey;
+	struct ibv_wc wc;
+
+	net_sync(n, T_GO);
+	addr = net_get(n);
+	rkey = net_get(n);
+	fill_pattern(n->b.p, 64, 71);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 1, n->b.p, 64, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED | IBV_SEND_INLINE, addr, (uint32_t)rkey, 0) == 0,
+	      "post the first WRITE");
+	expect_wc(n->scq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "first WRITE");
+	net_sync(n, T_WROTE);
+	net_expect(n, T_CHANGED, "B changed the region");
+	usleep(20000);	/* (B polls again by now) */
+	fill_pattern(n->b.p, 64, 72);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 2, n->b.p, 64, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED | IBV_SEND_INLINE, addr, (uint32_t)rkey, 0) == 0,
+	      "post the second WRITE");
+	expect_wc(n->scq, &wc, 2, IBV_WC_REM_ACCESS_ERR, -1, "WRITE through the old key");
+	net_sync(n, T_DONE);
+}
+
+static void key_b(struct net_end *n, bool dereg)
+{
+	uint8_t *region = n->b.p + 1 * MIB;
+	struct ibv_mr *mr = ibv_reg_mr(n->t.pd, region, 4096, ACC_ALL);
+	uint64_t end;
+	struct ibv_wc wc;
+	int got = 0;
+
+	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
+	memset(region, 0, 4096);
+	post_recv1(n->qp, 0xb1, win(n, 1), 64, n->b.mr->lkey);
+	net_sync(n, T_GO);
+	net_put(n, (uintptr_t)region);
+	net_put(n, mr->rkey);
+	end = now_ms() + DEADLINE_MS;
+	while (region[63] == 0 && now_ms() < end)
+		CHECK(ibv_poll_cq(n->rcq, 1, &wc) == 0, "a receive completion");
+	net_sync(n, T_WROTE);	/* (A's first WRITE done) */
+	check_pattern(region, 64, 71, "the first WRITE");
+	if (dereg)
+		CHECK(ibv_dereg_mr(mr) == 0, "dereg: %s", strerror(errno));
+	else
+		CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				   IBV_ACCESS_LOCAL_WRITE) == 0, "rereg: %s", strerror(errno));
+	memset(region, 0x77, 4096);
+	net_put(n, T_CHANGED);
+	end = now_ms() + DEADLINE_MS;
+	while (!got && now_ms() < end)
+		got = ibv_poll_cq(n->rcq, 1, &wc);
+	CHECK(got == 1 && wc.wr_id == 0xb1 && wc.status == IBV_WC_WR_FLUSH_ERR,
+	      "the receive flushed (got %d, status %d)", got, got ? (int)wc.status : -1);
+	check_filled(region, 0x77, 4096, "the region after the refused WRITE");
+	if (!dereg)
+		CHECK(ibv_dereg_mr(mr) == 0, "dereg");
+	net_sync(n, T_DONE);
+}
+
+static void dereg_b(struct net_end *n) { key_b(n, true); }
+static void rereg_b(struct net_end *n) { key_b(n, false); }
+
+static void sub_write_after_dereg(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	net_fork_run(&o, key_a, dereg_b);
+}
+
+static void sub_write_after_rereg(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	net_fork_run(&o, key_a, rereg_b);
+}
+
 static void sub_srq_pingpong(void)
 {
 	struct net_opts o = net_opts_default();
@@ -352,6 +441,8 @@ int main(int argc, char **argv)
 		{ "unfenced", sub_unfenced },
 		{ "writes", sub_writes },
 		{ "write_refused", sub_write_refused },
+		{ "write_after_dereg", sub_write_after_dereg },
+		{ "write_after_rereg", sub_write_after_rereg },
 		{ "parked", sub_parked },
 		{ "srq_pingpong", sub_srq_pingpong },
 		{ "srq_parked", sub_srq_parked },
