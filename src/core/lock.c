@@ -31,6 +31,8 @@
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,11 +55,22 @@ static void membar_register(void)
 		     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0);
 }
 
+/* SOFTRNIC_LOCK_BIAS=0 (docs/CONFIG.md): nothing is biased. */
+static bool bias_off;
+
 /* (a forked child registers again: one thread then, so at once) */
 __attribute__((constructor)) static void membar_init(void)
 {
+	const char *v = getenv("SOFTRNIC_LOCK_BIAS");
+
+	bias_off = v && !strcmp(v, "0");
 	membar_register();
 	pthread_atfork(NULL, NULL, membar_register);
+}
+
+bool sr_lock_bias_on(void)
+{
+	return !bias_off && sr_membar_ready();
 }
 
 bool sr_membar_ready(void)
@@ -150,7 +163,7 @@ static int bias_revoke(sr_mutex *m, uintptr_t me, bool wait)
 /* A take in a row by the same thread: enough of them earn the bias. */
 static void bias_earn(sr_mutex *m, uintptr_t me)
 {
-	if (!me || !sr_membar_ready())
+	if (!me || !sr_lock_bias_on())
 		return;
 	if (m->last != me) {
 		/* The last thread's streak, cut short: takes the debt kept

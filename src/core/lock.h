@@ -67,6 +67,8 @@ void sr_mutex_unlock_slow(sr_mutex *m);
  * membarrier is not there (then nothing is biased). */
 bool sr_membar_ready(void);
 int sr_membar_all(void);
+/* Are locks biased in this process? (SOFTRNIC_LOCK_BIAS, membarrier) */
+bool sr_lock_bias_on(void);
 
 /* This thread, as a number no other live thread has. */
 static inline uintptr_t sr_self(void)

@@ -13,6 +13,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/lock.h"
@@ -178,8 +180,8 @@ static void bias(void **state)
 	pthread_t o, t;
 
 	(void)state;
-	if (!sr_membar_ready())
-		skip();		/* (no membarrier: never biased) */
+	if (!sr_lock_bias_on())
+		skip();		/* (no membarrier, or SOFTRNIC_LOCK_BIAS=0) */
 	assert_int_equal(pthread_create(&o, NULL, bl_owner, &biased), 0);
 	assert_int_equal(pthread_create(&t, NULL, bl_intruder, &rounds), 0);
 	assert_int_equal(pthread_join(o, NULL), 0);
@@ -233,7 +235,7 @@ static void bias_trylock(void **state)
 	pthread_t o;
 
 	(void)state;
-	if (!sr_membar_ready())
+	if (!sr_lock_bias_on())
 		skip();
 	/* earned while held by the mutex: given only as it is let go */
 	for (int i = 0; i < 100; i++) {
@@ -258,6 +260,27 @@ static void bias_trylock(void **state)
 	assert_int_equal(atomic_load(&nb.state), 0);
 }
 
+/* SOFTRNIC_LOCK_BIAS=0 (ctest runs this binary once more so): a thread
+ * that takes a lock on and on alone never gets it biased. */
+static void bias_off(void **state)
+{
+	sr_mutex m;
+	const char *v = getenv("SOFTRNIC_LOCK_BIAS");
+
+	(void)state;
+	if (!v || strcmp(v, "0"))
+		skip();
+	assert_false(sr_lock_bias_on());
+	sr_mutex_init(&m);
+	for (int i = 0; i < 1000; i++) {
+		sr_mutex_lock(&m);
+		assert_int_equal(atomic_load(&m.active), 0);
+		assert_int_equal(atomic_load(&m.state), 1);
+		sr_mutex_unlock(&m);
+	}
+	assert_int_equal(atomic_load(&m.bias), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +289,7 @@ int main(void)
 		cmocka_unit_test(wakeup),
 		cmocka_unit_test(bias),
 		cmocka_unit_test(bias_trylock),
+		cmocka_unit_test(bias_off),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
