@@ -316,6 +316,11 @@ static void wake_producer(struct shm_link *l)
 {
 	uint64_t used;
 
+	/* (more than half the ring still unread: no wake, whatever the
+	 * flag says, so no fence either; a tail read early is only lower) */
+	used = atomic_load_explicit(&l->rx.ctl->tail, memory_order_relaxed) - l->rx.pos;
+	if (used > l->rx.size / 2 && used <= l->rx.size)
+		return;
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!atomic_load_explicit(&l->rx.ctl->tx_sleep, memory_order_relaxed))
 		return;
@@ -502,8 +507,7 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 
 		k = shm_ring_read(&l->rx, iov, n, app, &l->io);
 		if (l->rx.mapped != mapped)
-			atomic_fetch_add_explicit(&chan_stats.shm_mapped, l->rx.mapped - mapped,
-						  memory_order_relaxed);
+			chan_stat_add(&chan_stats.shm_mapped, l->rx.mapped - mapped);
 		if (k > 0) {
 			wake_producer(l);
 			return k;

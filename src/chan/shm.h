@@ -65,6 +65,14 @@ extern struct chan_stats chan_stats;
 /* A count per message, on the send path: a plain load and store, not a
  * locked add (which cost 4 ns of a 150 ns post). Two threads counting at
  * once may lose one: these are statistics, never accounting. */
+/* (plain load and store, as chan_stat_inc: no locked instruction after a
+ * copy, where it would wait for the copy's stores) */
+static inline void chan_stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
 static inline void chan_stat_inc(_Atomic uint64_t *c)
 {
 	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
