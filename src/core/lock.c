@@ -98,10 +98,14 @@ static void mutex_wait(sr_mutex *m)
 		syscall(SYS_futex, &m->state, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
 }
 
+/* (a look first: threads that spin on a trylock, two pollers of one CQ,
+ * would otherwise take the line from each other with every try) */
 static bool mutex_try(sr_mutex *m)
 {
 	uint32_t free_ = 0;
 
+	if (atomic_load_explicit(&m->state, memory_order_relaxed))
+		return false;
 	return atomic_compare_exchange_strong_explicit(&m->state, &free_, 1, memory_order_acquire,
 						       memory_order_relaxed);
 }
@@ -131,6 +135,9 @@ static int bias_revoke(sr_mutex *m, uintptr_t me, bool wait)
 
 	if (b && b != me) {
 		atomic_store_explicit(&m->bias, 0, memory_order_relaxed);
+		/* (before the barrier: an owner still inside then sees it as
+		 * it leaves, and wakes us) */
+		atomic_store_explicit(&m->revoking, 1, memory_order_relaxed);
 		if (sr_membar_all()) {
 			/* (no barrier: stores reach the others within
 			 * microseconds; wait that out) */
@@ -145,19 +152,26 @@ static int bias_revoke(sr_mutex *m, uintptr_t me, bool wait)
 		m->need = c >= 0 ? 0 : (uint32_t)-c;
 		m->streak = 0;
 	}
-	/* (the owner does not know we wait: nobody wakes us; a section is
-	 * short, unless its thread is not running) */
-	for (int spins = 0; atomic_load_explicit(&m->active, memory_order_acquire); spins++) {
-		struct timespec nap = { 0, 50000 };
+	/* Out already, or wait: the owner's release looks at `revoking`
+	 * after it stores `active` (the same Dekker as the bias, the same
+	 * barrier: a release before it is seen out, one after it sees the
+	 * flag), clears it and wakes us. (The timeout only bounds a wait
+	 * that should never be long.) */
+	while (atomic_load_explicit(&m->active, memory_order_acquire)) {
+		struct timespec ms = { 0, 1000000 };
 
 		if (!wait)
-			return EBUSY;
-		if (spins < 64)
-			sched_yield();
-		else
-			nanosleep(&nap, NULL);
+			return EBUSY;	/* (the owner clears the flag) */
+		syscall(SYS_futex, &m->revoking, FUTEX_WAIT_PRIVATE, 1, &ms, NULL, 0);
 	}
+	atomic_store_explicit(&m->revoking, 0, memory_order_relaxed);
 	return 0;
+}
+
+void sr_mutex_revoker_wake(sr_mutex *m)
+{
+	if (atomic_exchange_explicit(&m->revoking, 0, memory_order_relaxed))
+		syscall(SYS_futex, &m->revoking, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 /* A take in a row by the same thread: enough of them earn the bias. */

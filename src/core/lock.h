@@ -54,14 +54,18 @@ typedef struct {
 					 * (lock.c; mutex held) */
 	_Atomic uint32_t used;		/* takes by the bias since it was given
 					 * (the owner counts) */
+	_Atomic uint32_t revoking;	/* a revoker waits for the owner to
+					 * leave (a futex: the owner's release
+					 * wakes it) */
 } sr_mutex;
 
-#define SR_MUTEX_INIT { 0, 0, 0, 0, 0, false, 0, 0, 0 }
+#define SR_MUTEX_INIT { 0, 0, 0, 0, 0, false, 0, 0, 0, 0 }
 
 /* The slow halves (lock.c). */
 void sr_mutex_lock_slow(sr_mutex *m, uintptr_t me);
 int sr_mutex_trylock_slow(sr_mutex *m, uintptr_t me);
 void sr_mutex_unlock_slow(sr_mutex *m);
+void sr_mutex_revoker_wake(sr_mutex *m);
 
 /* The process's threads pass a full barrier (lock.c): 0, or -1 when
  * membarrier is not there (then nothing is biased). */
@@ -111,6 +115,8 @@ static inline bool sr_mutex_biased_take(sr_mutex *m, uintptr_t me)
 		return true;
 	}
 	atomic_store_explicit(&m->active, 0, memory_order_release);
+	if (atomic_load_explicit(&m->revoking, memory_order_relaxed))
+		sr_mutex_revoker_wake(m);
 #else
 	(void)m;
 	(void)me;
@@ -143,6 +149,10 @@ static inline void sr_mutex_unlock(sr_mutex *m)
 
 	if (me && atomic_load_explicit(&m->active, memory_order_relaxed) == me) {
 		atomic_store_explicit(&m->active, 0, memory_order_release);
+		/* (a revoker that stored `revoking` before its barrier is
+		 * seen here if it did not see us out: lock.c) */
+		if (__builtin_expect(atomic_load_explicit(&m->revoking, memory_order_relaxed), 0))
+			sr_mutex_revoker_wake(m);
 		return;
 	}
 	sr_mutex_unlock_slow(m);
