@@ -30,16 +30,29 @@ static void fill_msg(uint8_t *p, uint32_t t, uint32_t seq)
 	fill_pattern(p + 8, MSG_LEN - 8, t * 1000003u + seq);
 }
 
+/* The first failure of a side's threads, and the word to stop. */
+struct fails {
+	atomic_bool stop;
+	pthread_mutex_t lock;
+	char err[160];
+};
+
+static void fail_once(struct fails *f, const char *what)
+{
+	pthread_mutex_lock(&f->lock);
+	if (!f->err[0])
+		snprintf(f->err, sizeof(f->err), "%s", what);
+	pthread_mutex_unlock(&f->lock);
+	atomic_store(&f->stop, true);
+}
+
 /* ---- A: three posting threads and a reaper ---------------------------- */
 
 struct a_ctx {
 	struct net_end *n;
 	atomic_int inflight;
-	atomic_int posted_all;
 	atomic_uint_fast64_t done[SENDERS];
-	atomic_bool stop;
-	pthread_mutex_t err_lock;
-	char err[160];
+	struct fails f;
 };
 
 struct a_arg {
@@ -47,31 +60,22 @@ struct a_arg {
 	uint32_t t;
 };
 
-static void a_fail(struct a_ctx *c, const char *what)
-{
-	pthread_mutex_lock(&c->err_lock);
-	if (!c->err[0])
-		snprintf(c->err, sizeof(c->err), "%s", what);
-	pthread_mutex_unlock(&c->err_lock);
-	atomic_store(&c->stop, true);
-}
-
 static void *a_sender(void *arg)
 {
 	struct a_arg *a = arg;
 	struct a_ctx *c = a->c;
 	uint8_t msg[MSG_LEN];
 
-	for (uint32_t seq = 0; seq < PER_SENDER && !atomic_load(&c->stop); seq++) {
+	for (uint32_t seq = 0; seq < PER_SENDER && !atomic_load(&c->f.stop); seq++) {
 		uint64_t end = now_ms() + DEADLINE_MS;
 		unsigned int waits = 0;
 
 		while (atomic_fetch_add(&c->inflight, 1) >= INFLIGHT) {
 			atomic_fetch_sub(&c->inflight, 1);
-			if (atomic_load(&c->stop))
+			if (atomic_load(&c->f.stop))
 				return NULL;
 			if ((++waits & 1023) == 0 && now_ms() > end) {
-				a_fail(c, "no send completion for a while");
+				fail_once(&c->f, "no send completion for a while");
 				return NULL;
 			}
 			sched_yield();
@@ -80,11 +84,10 @@ static void *a_sender(void *arg)
 		/* (inline: the bytes are read now, msg may change at once) */
 		if (post_send1(c->n->qp, IBV_WR_SEND, ((uint64_t)a->t << 32) | seq, msg, MSG_LEN,
 			       c->n->b.mr->lkey, IBV_SEND_SIGNALED | IBV_SEND_INLINE, 0, 0, 0)) {
-			a_fail(c, "ibv_post_send failed");
+			fail_once(&c->f, "ibv_post_send failed");
 			return NULL;
 		}
 	}
-	atomic_fetch_add(&c->posted_all, 1);
 	return NULL;
 }
 
@@ -96,23 +99,23 @@ static void *a_reaper(void *arg)
 	struct ibv_wc wc[16];
 	unsigned int idle = 0;
 
-	while (got < want && !atomic_load(&c->stop)) {
+	while (got < want && !atomic_load(&c->f.stop)) {
 		int k = ibv_poll_cq(c->n->scq, 16, wc);
 
 		if (k < 0) {
-			a_fail(c, "ibv_poll_cq failed");
+			fail_once(&c->f, "ibv_poll_cq failed");
 			break;
 		}
 		for (int i = 0; i < k; i++) {
 			uint32_t t = (uint32_t)(wc[i].wr_id >> 32), seq = (uint32_t)wc[i].wr_id;
 
 			if (wc[i].status != IBV_WC_SUCCESS || wc[i].opcode != IBV_WC_SEND) {
-				a_fail(c, "a send completion failed");
+				fail_once(&c->f, "a send completion failed");
 				return NULL;
 			}
 			/* one QP: each thread's SENDs complete in its order */
 			if (t >= SENDERS || seq != next[t]) {
-				a_fail(c, "a send completion out of order");
+				fail_once(&c->f, "a send completion out of order");
 				return NULL;
 			}
 			next[t]++;
@@ -121,7 +124,7 @@ static void *a_reaper(void *arg)
 		}
 		got += (uint64_t)k;
 		if (!k && (++idle & 1023) == 0 && now_ms() > end) {
-			a_fail(c, "send completions missing");
+			fail_once(&c->f, "send completions missing");
 			break;
 		}
 	}
@@ -136,7 +139,7 @@ static void side_a(struct net_end *n)
 
 	memset(&c, 0, sizeof(c));
 	c.n = n;
-	pthread_mutex_init(&c.err_lock, NULL);
+	pthread_mutex_init(&c.f.lock, NULL);
 	net_sync(n, T_GO);
 	CHECK(pthread_create(&reaper, NULL, a_reaper, &c) == 0, "pthread_create");
 	for (uint32_t t = 0; t < SENDERS; t++) {
@@ -146,7 +149,7 @@ static void side_a(struct net_end *n)
 	for (int t = 0; t < SENDERS; t++)
 		pthread_join(th[t], NULL);
 	pthread_join(reaper, NULL);
-	CHECK(!c.err[0], "A: %s", c.err);
+	CHECK(!c.f.err[0], "A: %s", c.f.err);
 	for (int t = 0; t < SENDERS; t++)
 		CHECK(atomic_load(&c.done[t]) == PER_SENDER, "A: thread %d: %llu of %d completed", t,
 		      (unsigned long long)atomic_load(&c.done[t]), PER_SENDER);
@@ -158,23 +161,12 @@ static void side_a(struct net_end *n)
 struct b_ctx {
 	struct net_end *n;
 	atomic_uint_fast64_t got;
-	/* the highest number seen per sender, +1 (a thread takes its
-	 * completions in CQ order, and the CQ is in arrival order: what one
-	 * poller sees of a sender only goes up) */
+	/* times each message was seen (a thread takes its completions in
+	 * CQ order, and the CQ is in arrival order: what one poller sees of
+	 * a sender only goes up) */
 	uint8_t *seen;	/* SENDERS * PER_SENDER */
-	atomic_bool stop;
-	pthread_mutex_t err_lock;
-	char err[160];
+	struct fails f;
 };
-
-static void b_fail(struct b_ctx *c, const char *what)
-{
-	pthread_mutex_lock(&c->err_lock);
-	if (!c->err[0])
-		snprintf(c->err, sizeof(c->err), "%s", what);
-	pthread_mutex_unlock(&c->err_lock);
-	atomic_store(&c->stop, true);
-}
 
 static void b_post(struct net_end *n, uint64_t slot)
 {
@@ -191,15 +183,15 @@ static void *b_poller(void *arg)
 
 	for (int t = 0; t < SENDERS; t++)
 		last[t] = -1;
-	while (atomic_load(&c->got) < want && !atomic_load(&c->stop)) {
+	while (atomic_load(&c->got) < want && !atomic_load(&c->f.stop)) {
 		int k = ibv_poll_cq(c->n->rcq, 8, wc);
 
 		if (k < 0) {
-			b_fail(c, "ibv_poll_cq failed");
+			fail_once(&c->f, "ibv_poll_cq failed");
 			break;
 		}
 		if (!k && (++idle & 1023) == 0 && now_ms() > end) {
-			b_fail(c, "receive completions missing");
+			fail_once(&c->f, "receive completions missing");
 			break;
 		}
 		for (int i = 0; i < k; i++) {
@@ -209,27 +201,27 @@ static void *b_poller(void *arg)
 
 			if (wc[i].status != IBV_WC_SUCCESS || wc[i].opcode != IBV_WC_RECV ||
 			    wc[i].byte_len != MSG_LEN || wc[i].wr_id >= NRECV) {
-				b_fail(c, "a receive completion failed or is wrong");
+				fail_once(&c->f, "a receive completion failed or is wrong");
 				return NULL;
 			}
 			memcpy(&t, p, 4);
 			memcpy(&seq, p + 4, 4);
 			if (t >= SENDERS || seq >= PER_SENDER) {
-				b_fail(c, "a message names no sender");
+				fail_once(&c->f, "a message names no sender");
 				return NULL;
 			}
 			fill_msg(expect, t, seq);
 			if (memcmp(expect, p, MSG_LEN)) {
-				b_fail(c, "a message's bytes are damaged");
+				fail_once(&c->f, "a message's bytes are damaged");
 				return NULL;
 			}
 			if ((int64_t)seq <= last[t]) {
-				b_fail(c, "a sender's messages out of order");
+				fail_once(&c->f, "a sender's messages out of order");
 				return NULL;
 			}
 			last[t] = seq;
 			if (c->seen[t * PER_SENDER + seq]++) {
-				b_fail(c, "a message arrived twice");
+				fail_once(&c->f, "a message arrived twice");
 				return NULL;
 			}
 			b_post(c->n, wc[i].wr_id);
@@ -248,7 +240,7 @@ static void side_b(struct net_end *n)
 	c.n = n;
 	c.seen = calloc(SENDERS, PER_SENDER);
 	CHECK(c.seen, "calloc");
-	pthread_mutex_init(&c.err_lock, NULL);
+	pthread_mutex_init(&c.f.lock, NULL);
 	for (uint64_t s = 0; s < NRECV; s++)
 		b_post(n, s);
 	net_sync(n, T_GO);
@@ -256,7 +248,7 @@ static void side_b(struct net_end *n)
 		CHECK(pthread_create(&th[i], NULL, b_poller, &c) == 0, "pthread_create");
 	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
-	CHECK(!c.err[0], "B: %s", c.err);
+	CHECK(!c.f.err[0], "B: %s", c.f.err);
 	CHECK(atomic_load(&c.got) == (uint64_t)SENDERS * PER_SENDER, "B: %llu messages",
 	      (unsigned long long)atomic_load(&c.got));
 	for (size_t i = 0; i < (size_t)SENDERS * PER_SENDER; i++)
