@@ -316,11 +316,6 @@ static void wake_producer(struct shm_link *l)
 {
 	uint64_t used;
 
-	/* (more than half the ring still unread: no wake, whatever the
-	 * flag says, so no fence either; a tail read early is only lower) */
-	used = atomic_load_explicit(&l->rx.ctl->tail, memory_order_relaxed) - l->rx.pos;
-	if (used > l->rx.size / 2 && used <= l->rx.size)
-		return;
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!atomic_load_explicit(&l->rx.ctl->tx_sleep, memory_order_relaxed))
 		return;
