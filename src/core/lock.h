@@ -40,26 +40,28 @@
 #include <stdint.h>
 
 typedef struct {
-	_Atomic uint32_t state;		/* the mutex: 0, 1, 2 */
-	uint32_t streak;		/* takes in a row by `last` (mutex held) */
+	/* the owner's fields first, together (its take and release touch
+	 * only these) */
 	_Atomic uintptr_t bias;		/* the owner's sr_self(), or 0 */
 	_Atomic uintptr_t active;	/* the owner's sr_self() while it holds
 					 * the lock by its bias, else 0 */
-	uintptr_t last;			/* (mutex held) */
-	bool earned;			/* last gets the bias as it lets go of
-					 * the mutex (mutex held) */
-	uint32_t need;			/* streak that earns the bias, less
-					 * SR_BIAS_STREAK (mutex held) */
-	int32_t credit;			/* biased takes less revocations' cost
-					 * (lock.c; mutex held) */
 	_Atomic uint32_t used;		/* takes by the bias since it was given
 					 * (the owner counts) */
 	_Atomic uint32_t revoking;	/* a revoker waits for the owner to
 					 * leave (a futex: the owner's release
 					 * wakes it) */
+	_Atomic uint32_t state;		/* the mutex: 0, 1, 2 */
+	uint32_t streak;		/* takes in a row by `last` (mutex held) */
+	uintptr_t last;			/* (mutex held) */
+	uint32_t need;			/* streak that earns the bias, less
+					 * SR_BIAS_STREAK (mutex held) */
+	int32_t credit;			/* biased takes less revocations' cost
+					 * (lock.c; mutex held) */
+	bool earned;			/* last gets the bias as it lets go of
+					 * the mutex (mutex held) */
 } sr_mutex;
 
-#define SR_MUTEX_INIT { 0, 0, 0, 0, 0, false, 0, 0, 0, 0 }
+#define SR_MUTEX_INIT { 0, 0, 0, 0, 0, 0, 0, 0, 0, false }
 
 /* The slow halves (lock.c). */
 void sr_mutex_lock_slow(sr_mutex *m, uintptr_t me);
