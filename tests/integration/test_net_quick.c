@@ -255,21 +255,22 @@ static void wr_side_a(struct net_end *n)
 /* 1000 rounds of WRITEs of 1 to 1024 bytes, inline and not, each side
  * polling while it waits: every byte lands, every WRITE completes in
  * order, and B's quick pass took A's records (A's WRITEs and A's ACKs,
- * which go alone: 1580-1760 of them; 875-894 without WRITEs in the
- * quick pass, when it takes only the ACKs; write_refused shows a WRITE
- * itself taken). */
+ * which go alone: 1580-1760 of them, 1320 with another pair running;
+ * 875-894 without WRITEs in the quick pass, which then takes only the
+ * ACKs, one a round at most). */
 static void sub_writes(void)
 {
 	struct net_opts o = net_opts_default();
 
 	o.max_inline = 64;
-	pair_count(&o, wr_side_a, wr_side, "rx_quick", ROUNDS / 4, 3 * ROUNDS,
+	pair_count(&o, wr_side_a, wr_side, "rx_quick", ROUNDS + ROUNDS / 20, 3 * ROUNDS,
 		   "records B's quick pass took in " STR(ROUNDS) " rounds of WRITEs");
 }
 
 /* A small WRITE with a wrong key, to a peer that polls: refused there (its
  * QP goes to ERROR, its receive flushed), REM_ACCESS_ERR here, and not a
- * byte of the region changed. */
+ * byte of the region changed. Nearly always the quick pass refuses it
+ * (B's rx_quick 1: 0 without WRITEs in the quick pass). */
 static void bad_a(struct net_end *n)
 {
 	struct ibv_wc wc;
@@ -308,7 +309,9 @@ static void sub_write_refused(void)
 	struct net_opts o = net_opts_default();
 
 	o.max_inline = 64;
-	pair_count(&o, bad_a, bad_b, "rx_quick", 1, 1,
+	/* (B's progress thread, woken for the record, may take it first
+	 * when B's poll is off the CPU: a busy machine) */
+	pair_count(&o, bad_a, bad_b, "rx_quick", 0, 1,
 		   "records B's quick pass took (the refused WRITE)");
 }
 
