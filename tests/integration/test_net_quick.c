@@ -271,6 +271,20 @@ static void sub_writes(void)
  * QP goes to ERROR, its receive flushed), REM_ACCESS_ERR here, and not a
  * byte of the region changed. Nearly always the quick pass refuses it
  * (B's rx_quick 1: 0 without WRITEs in the quick pass). */
+/* Polling all the while (so that the quick pass may take what comes),
+ * until the receive wr_id completes, flushed: the QP went to ERROR. */
+static void expect_flushed(struct net_end *n, uint64_t wr_id)
+{
+	uint64_t end = now_ms() + DEADLINE_MS;
+	struct ibv_wc wc;
+	int got = 0;
+
+	while (!got && now_ms() < end)
+		got = ibv_poll_cq(n->rcq, 1, &wc);
+	CHECK(got == 1 && wc.wr_id == wr_id && wc.status == IBV_WC_WR_FLUSH_ERR,
+	      "the receive flushed (got %d, status %d)", got, got ? (int)wc.status : -1);
+}
+
 static void bad_a(struct net_end *n)
 {
 	struct ibv_wc wc;
@@ -288,18 +302,10 @@ static void bad_a(struct net_end *n)
 
 static void bad_b(struct net_end *n)
 {
-	uint64_t end;
-	struct ibv_wc wc;
-	int got = 0;
-
 	memset(win(n, 0), 0x5a, SLOT);
 	post_recv1(n->qp, 0xb1, win(n, 1), 64, n->b.mr->lkey);
 	net_sync(n, T_GO);
-	end = now_ms() + DEADLINE_MS;
-	while (!got && now_ms() < end)
-		got = ibv_poll_cq(n->rcq, 1, &wc);
-	CHECK(got == 1 && wc.wr_id == 0xb1 && wc.status == IBV_WC_WR_FLUSH_ERR,
-	      "the receive flushed (got %d, status %d)", got, got ? (int)wc.status : -1);
+	expect_flushed(n, 0xb1);
 	check_filled(win(n, 0), 0x5a, SLOT, "the window after the refused WRITE");
 	net_sync(n, T_DONE);
 }
@@ -354,7 +360,6 @@ static void key_b(struct net_end *n, bool dereg)
 	struct ibv_mr *mr = ibv_reg_mr(n->t.pd, region, 4096, ACC_ALL);
 	uint64_t end;
 	struct ibv_wc wc;
-	int got = 0;
 
 	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
 	memset(region, 0, 4096);
@@ -374,11 +379,7 @@ static void key_b(struct net_end *n, bool dereg)
 				   IBV_ACCESS_LOCAL_WRITE) == 0, "rereg: %s", strerror(errno));
 	memset(region, 0x77, 4096);
 	net_put(n, T_CHANGED);
-	end = now_ms() + DEADLINE_MS;
-	while (!got && now_ms() < end)
-		got = ibv_poll_cq(n->rcq, 1, &wc);
-	CHECK(got == 1 && wc.wr_id == 0xb1 && wc.status == IBV_WC_WR_FLUSH_ERR,
-	      "the receive flushed (got %d, status %d)", got, got ? (int)wc.status : -1);
+	expect_flushed(n, 0xb1);
 	check_filled(region, 0x77, 4096, "the region after the refused WRITE");
 	if (!dereg)
 		CHECK(ibv_dereg_mr(mr) == 0, "dereg");
