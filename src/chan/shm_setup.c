@@ -492,7 +492,6 @@ fail:
 	return why;
 }
 
-/* Our eventfd goes into the progress engine. tc->lock held. */
 /* Our ring is up: a program thread that owned the stream already (it
  * polled while the stream was on TCP) tells the peer it polls the ring
  * (rx_polled; else the peer fenced every record it wrote, for good: the
@@ -503,6 +502,7 @@ static void rx_polled_now(struct tcp_chan *tc)
 		shm_polled_locked(tc, true);
 }
 
+/* Our eventfd goes into the progress engine. tc->lock held. */
 static bool watch_locked(struct tcp_chan *tc, struct shm_link *l)
 {
 	tc->epl.fd = l->efd_own;
