@@ -311,11 +311,25 @@ static void wake_if(struct shm_ring_ctl *ctl, int efd)
  * consumer that reads on drains the ring below half, and one that stops
  * reading for good ends the stream, which the producer hears of anyway.
  * The tail is the producer's and untrusted: a bad one only makes the
- * wake early or late. */
+ * wake early or late.
+ *
+ * Looked at only as the released position enters another sixteenth of
+ * the ring (SHM_WAKE_PARTS): the fence that pairs with the producer's
+ * (shm_send) would otherwise wait, after every message read, for the
+ * stores before it, among them the ring line the read zeroed
+ * (shm_ring_read_small), which the producer's core holds. Still none
+ * lost: the producer sleeps only on a ring with less than a record's
+ * room free, so after its fence at least fifteen sixteenths are unread,
+ * and the consumer that reads them down past half enters a new
+ * sixteenth with half or less unread, and looks. */
+#define SHM_WAKE_PARTS	16
 static void wake_producer(struct shm_link *l)
 {
-	uint64_t used;
+	uint64_t used, part = l->rx.pos / (l->rx.size / SHM_WAKE_PARTS);
 
+	if (part == l->wake_part)
+		return;
+	l->wake_part = part;
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!atomic_load_explicit(&l->rx.ctl->tx_sleep, memory_order_relaxed))
 		return;
@@ -416,6 +430,7 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 			return -1;
 		}
 		/* Full: ask for a wakeup, then look once more. */
+		chan_stat_inc(&chan_stats.shm_full);
 		atomic_store_explicit(&l->tx.ctl->tx_sleep, 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_seq_cst);
 		slept = true;
@@ -670,7 +685,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 	fprintf(stderr, "softrnic stats: pid %d tcp_fpdus %llu shm_fpdus %llu shm_pulled %llu "
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
 		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu "
-		"rx_waited %llu rx_quick %llu shm_fenced %llu\n",
+		"rx_waited %llu rx_quick %llu shm_fenced %llu shm_full %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -684,5 +699,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.shm_left),
 		(unsigned long long)atomic_load(&chan_stats.rx_waited),
 		(unsigned long long)atomic_load(&chan_stats.rx_quick),
-		(unsigned long long)atomic_load(&chan_stats.shm_fenced));
+		(unsigned long long)atomic_load(&chan_stats.shm_fenced),
+		(unsigned long long)atomic_load(&chan_stats.shm_full));
 }

@@ -59,6 +59,9 @@ struct chan_stats {
 					 * (tcp_fast.c) */
 	_Atomic uint64_t shm_fenced;	/* ring writes fenced for a consumer
 					 * that does not poll (wake_if) */
+	_Atomic uint64_t shm_full;	/* writes that found the ring full
+					 * and asked the consumer for a wake
+					 * (shm_send) */
 };
 extern struct chan_stats chan_stats;
 

@@ -15,13 +15,15 @@
 #include <sys/types.h>
 
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	7	/* 2: mapped records (kind 3); 3: the
+#define SHM_VERSION	8	/* 2: mapped records (kind 3); 3: the
 				 * descriptor server (fdsrv); 4: records
 				 * published by their header word
 				 * (shm_ring.h); 5: small records (kind
 				 * 4, struct shm_small); 6: kicks
 				 * (shm_ring_ctl.kick); 7: small records
-				 * of up to 1 KiB of payload. A peer of
+				 * of up to 1 KiB of payload; 8: small
+				 * records end lines, whose first words
+				 * the consumer zeroes. A peer of
 				 * another version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
@@ -105,6 +107,7 @@ struct shm_link {
 	uint8_t token[16];		/* its address goes to the peer */
 	struct shm_ring tx, rx;
 	struct shm_ring_io io;
+	uint64_t wake_part;		/* rx: wake_producer's last look (rx_lock) */
 	/* Our remote records of SENDs and WRITEs not yet released, oldest
 	 * first: one the peer read as zeros fails its WQE (tc->lock). */
 	struct { uint64_t pos; uint32_t msn; } pend[SHM_PEND];

@@ -79,6 +79,8 @@ static int ring_out(const struct shm_ring *r, uint64_t pos, uint8_t *dst, size_t
 	return 0;
 }
 
+#define SHM_LINE	64ULL		/* a cache line */
+
 /* The header word of the record at pos (8-aligned: never wraps). */
 static uint64_t *hdr_word(const struct shm_ring *r, uint64_t pos)
 {
@@ -86,17 +88,39 @@ static uint64_t *hdr_word(const struct shm_ring *r, uint64_t pos)
 }
 
 /* Publish the record at pos, whose body is written and which ends at
- * end: first clear the header word after it (where the next record will
- * start: the consumer must find nothing there until that one is
- * published), then store this header, with release, last. */
+ * end: first make sure the header word after it is zero (where the next
+ * record will start: the consumer must find nothing there until that one
+ * is published), then store this header, with release, last.
+ *
+ * The word is stored only if it is not zero already. Where end starts a
+ * line (after every small record: shm_ring_write_small), the consumer
+ * zeroed that word as it read the last lap's record there
+ * (shm_ring_read_small), so the line is not written now: a store into
+ * the next line as a message is published cost a small-message ping-pong
+ * twice the time of one line moved each way (docs/PERFORMANCE.md,
+ * "ring layout"). Mid-line, the word shares the record's last line. */
 static void put_hdr(struct shm_ring *r, uint64_t pos, uint32_t kind, uint32_t len, uint64_t end)
 {
 	uint32_t h[2] = { kind, len };
-	uint64_t w;
+	uint64_t w, *next = hdr_word(r, end);
 
 	memcpy(&w, h, sizeof(w));
-	__atomic_store_n(hdr_word(r, end), 0, __ATOMIC_RELAXED);
+	if ((end & (SHM_LINE - 1)) || __atomic_load_n(next, __ATOMIC_RELAXED))
+		__atomic_store_n(next, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(hdr_word(r, pos), w, __ATOMIC_RELEASE);
+}
+
+/* The bytes a small record of len bytes at pos takes in the ring: its
+ * header and body, padded to the end of the line it ends in, so that the
+ * next record starts a line (SHM_LINE: ring offsets; the ring's data is
+ * page-aligned in both processes). A message that fits a line then moves
+ * as one line, and the consumer, which polls the next header word, waits
+ * in a line of its own that the producer writes once. */
+static uint64_t small_size(uint64_t pos, uint64_t len)
+{
+	uint64_t end = pos + SHM_REC_HDR + len;
+
+	return ((end + SHM_LINE - 1) & ~(SHM_LINE - 1)) - pos;
 }
 
 /* ---- producer ------------------------------------------------------------ */
@@ -186,10 +210,9 @@ static uint64_t write_remote(struct shm_ring *r, uint64_t pos, const uint8_t *ad
 	return REMOTE_SIZE;
 }
 
-/* One record of kind whose len bytes (n pieces of our own) fit whole at
+/* One inline record whose len bytes (n pieces of our own) fit whole at
  * r->pos without wrapping: write and publish it. */
-static void write_whole(struct shm_ring *r, uint32_t kind, const struct iovec *iov, int n,
-			uint64_t len)
+static void write_inline(struct shm_ring *r, const struct iovec *iov, int n, uint64_t len)
 {
 	uint64_t pos = r->pos;
 	uint8_t *d = r->data + (pos & (r->size - 1)) + SHM_REC_HDR;
@@ -199,7 +222,7 @@ static void write_whole(struct shm_ring *r, uint32_t kind, const struct iovec *i
 		d += iov[i].iov_len;
 	}
 	r->pos = pos + SHM_REC_HDR + pad8(len);
-	put_hdr(r, pos, kind, (uint32_t)len, r->pos);
+	put_hdr(r, pos, SHM_REC_INLINE, (uint32_t)len, r->pos);
 	atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
 	prefetch_ahead(r);
 }
@@ -222,7 +245,8 @@ bool shm_ring_fits(struct shm_ring *r, size_t len)
 
 ssize_t shm_ring_write_small(struct shm_ring *r, const struct iovec *iov, int n, size_t len)
 {
-	uint64_t used, total = 0, need = SHM_REC_HDR + pad8(len) + SHM_REC_HDR, pos = r->pos;
+	uint64_t used, total = 0, pos = r->pos, size = small_size(pos, len);
+	uint64_t need = size + SHM_REC_HDR;
 
 	for (int i = 0; i < n; i++)
 		total += iov[i].iov_len;
@@ -239,13 +263,17 @@ ssize_t shm_ring_write_small(struct shm_ring *r, const struct iovec *iov, int n,
 			return 0;
 	}
 	if ((pos & (r->size - 1)) + SHM_REC_HDR + len <= r->size) {
-		write_whole(r, SHM_REC_SMALL, iov, n, len);
-		return (ssize_t)len;
+		uint8_t *d = r->data + (pos & (r->size - 1)) + SHM_REC_HDR;
+
+		for (int i = 0; i < n; d += iov[i].iov_len, i++)
+			memcpy(d, iov[i].iov_base, iov[i].iov_len);
+	} else {
+		/* The body wraps (a header never does: both are 8-aligned). */
+		for (int i = 0, off = 0; i < n; off += (int)iov[i].iov_len, i++)
+			ring_in(r, pos + SHM_REC_HDR + (uint64_t)off, iov[i].iov_base,
+				iov[i].iov_len, NULL);
 	}
-	/* The body wraps (a header never does: both are 8-aligned). */
-	for (int i = 0, off = 0; i < n; off += (int)iov[i].iov_len, i++)
-		ring_in(r, pos + SHM_REC_HDR + (uint64_t)off, iov[i].iov_base, iov[i].iov_len, NULL);
-	r->pos = pos + SHM_REC_HDR + pad8(len);
+	r->pos = pos + size;
 	put_hdr(r, pos, SHM_REC_SMALL, (uint32_t)len, r->pos);
 	atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
 	prefetch_ahead(r);
@@ -282,7 +310,7 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 			len += iov[i].iov_len;
 		if (i == n && len && len <= SHM_REC_MAX && free >= SHM_REC_HDR + pad8(len) &&
 		    (pos & (r->size - 1)) + SHM_REC_HDR + len <= r->size) {
-			write_whole(r, SHM_REC_INLINE, iov, n, len);
+			write_inline(r, iov, n, len);
 			if (notes)
 				*nnotes = 0;
 			return (ssize_t)len;
@@ -407,7 +435,7 @@ static int next_record(struct shm_ring *r)
 	if (h[0] == SHM_REC_INLINE)
 		size = SHM_REC_HDR + pad8(h[1]);
 	else if (h[0] == SHM_REC_SMALL && h[1] <= SHM_SMALL_MAX)
-		size = SHM_REC_HDR + pad8(h[1]);
+		size = small_size(r->pos, h[1]);
 	else if (h[0] == SHM_REC_REMOTE)
 		size = REMOTE_SIZE;
 	else if (h[0] == SHM_REC_MAPPED)
@@ -681,6 +709,13 @@ ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap)
 		return -EPROTO;
 	ring_out(r, r->pos + SHM_REC_HDR, buf, r->rec_len, NULL);
 	r->inlined += r->rec_len;
+	/* Zero the words that start its lines, where a record of the next
+	 * lap may start after a small one: the producer finds them zero and
+	 * leaves them (put_hdr). Before the release: then the space is the
+	 * producer's again. */
+	for (uint64_t a = (r->pos + SHM_LINE - 1) & ~(SHM_LINE - 1); a < r->pos + r->rec_size;
+	     a += SHM_LINE)
+		__atomic_store_n(hdr_word(r, a), 0, __ATOMIC_RELAXED);
 	r->pos += r->rec_size;
 	r->rec = false;
 	atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
@@ -698,7 +733,7 @@ int shm_ring_small_alone(const struct shm_ring *r)
 	memcpy(h, &w, sizeof(h));
 	if (h[0] != SHM_REC_SMALL || !h[1] || h[1] > SHM_SMALL_MAX)
 		return -1;
-	after = r->pos + SHM_REC_HDR + pad8(h[1]);
+	after = r->pos + small_size(r->pos, h[1]);
 	if (__atomic_load_n(hdr_word(r, after), __ATOMIC_RELAXED))
 		return -1;
 	return r->data[(r->pos + SHM_REC_HDR) & (r->size - 1)];

@@ -14,22 +14,29 @@
  * one host), then for kind 0 (inline) len bytes padded to 8, for kind 1
  * (remote) one u64 address, for kind 3 (mapped) {u64 address, u32 fd,
  * u32 pad (0), u64 inode, u64 offset} (32 bytes), for kind 4 (small) len
- * bytes padded to 8 that are not stream bytes but one whole message the
- * layer above encodes and decodes itself (at most SHM_SMALL_MAX bytes;
- * the byte-stream read stops before it). Records start 8-aligned and may
+ * bytes that are not stream bytes but one whole message the layer above
+ * encodes and decodes itself (at most SHM_SMALL_MAX bytes; the
+ * byte-stream read stops before it), padded to the end of the 64-byte
+ * line (of ring offsets) it ends in. Records start 8-aligned and may
  * wrap (a header never does). Indices are free-running u64 byte counts.
  *
- * Publishing: the producer writes a record's body, then zeroes the header
- * word right after it (where the next record will start), then stores the
- * record's header word with release. The consumer polls the header word
- * at its position: zero is "nothing yet", anything else is a whole
- * record. So a message costs the consumer one cache line from the
- * producer's core (header and a small body together), not two (a tail
- * index, then the record). The producer keeps one word free beyond what
- * it writes for that zero. It also publishes tail (bytes written), read
- * only when it sleeps (see rx_sleep); the consumer publishes head (bytes
- * released), which the producer reads when it needs room. Both with a
- * release store.
+ * Publishing: the producer writes a record's body, then makes sure the
+ * header word right after it (where the next record will start) is zero,
+ * then stores the record's header word with release. The consumer polls
+ * the header word at its position: zero is "nothing yet", anything else
+ * is a whole record. So a message costs the consumer one cache line from
+ * the producer's core (header and a small body together), not two (a
+ * tail index, then the record). The producer keeps one word free beyond
+ * what it writes for that zero. After a small record that word starts a
+ * line, and the consumer zeroed it as it read the last lap's small record
+ * there (it zeroes the first word of each line of a small record before
+ * releasing it): the producer then finds it zero and leaves the line
+ * alone, so a small message is the lines it is in, written once (a
+ * store into the next line as each message was published cost a
+ * ping-pong of one-line messages twice the floor). The producer also
+ * publishes tail (bytes written), read only when it sleeps (see
+ * rx_sleep); the consumer publishes head (bytes released), which the
+ * producer reads when it needs room. Both with a release store.
  *
  * Nothing read from shared memory is trusted: the peer may write any
  * value at any time. Every index, kind and length is read once into a
@@ -188,8 +195,7 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 		       const struct shm_ring_io *io, struct shm_rec_note *notes, int *nnotes);
 
 /* Producer: would len stream bytes of SHM_OWN pieces go now as one
- * inline record, whole? (Then shm_ring_write writes them so.) The same
- * for a small record of len bytes. */
+ * inline record, whole? (Then shm_ring_write writes them so.) */
 bool shm_ring_fits(struct shm_ring *r, size_t len);
 
 /* Producer: write n pieces of our own bytes (len in all, 1 to

@@ -53,6 +53,11 @@
  *   or less go into the ring straight from the post (shm_direct in the
  *   stats lines), the others the usual way, and all arrive in order,
  *   byte for byte, each completion as it should be on both sides.
+ * - full, full_uc: A posts 100 SENDs of 8 KiB while B is stopped: they
+ *   fill the ring (shm_full in the stats lines), and once B goes on every
+ *   one arrives, in order, byte for byte, without A polling; on UC no ACK
+ *   comes back to set A's writer going, only B's wake once half the ring
+ *   is read (without it the rest never arrives).
  * - watcher: B busy-polls its CQ, then stops calling verbs and waits for
  *   A's WRITE by watching its memory (as ib_write_lat does), 100 rounds:
  *   every WRITE lands (its round number, byte for byte), and A's stats
@@ -201,19 +206,25 @@ static void used_b(struct net_end *n) { traffic_b(n, true); }
 static void off_a(struct net_end *n) { traffic_a(n, false); }
 static void off_b(struct net_end *n) { traffic_b(n, false); }
 
-/* Both rings have carried a record (the first one's header word at each
- * ring's start is written): the switch is done both ways. Before it, a
- * scribble would be written over by the rings' first records and never
- * be seen (the offerer maps the rings at the offer; ping's SENDs may
- * still go on TCP). The rings follow the 4 KiB header, two of a size. */
+/* Both rings have carried a record (each ring's first line is written:
+ * a small record's header word is zeroed again as it is read, its body
+ * is left): the switch is done both ways. Before it, a scribble would be
+ * written over by the rings' first records and never be seen (the
+ * offerer maps the rings at the offer; ping's SENDs may still go on
+ * TCP). The rings follow the 4 KiB header, two of a size. */
+static bool line_used(const uint8_t *p)
+{
+	for (int i = 0; i < 64; i++)
+		if (p[i])
+			return true;
+	return false;
+}
+
 static bool rings_used(const uint8_t *base, size_t len)
 {
 	size_t ring = (len - 4 * KIB) / 2;
-	uint64_t w0, w1;
 
-	memcpy(&w0, base + 4 * KIB, sizeof(w0));
-	memcpy(&w1, base + 4 * KIB + ring, sizeof(w1));
-	return w0 && w1;
+	return line_used(base + 4 * KIB) && line_used(base + 4 * KIB + ring);
 }
 
 static void corrupt_a(struct net_end *n)
@@ -1417,6 +1428,81 @@ static void sub_lost_wake(void)
 		   "WRITEs found by the look after sleep, in " STR(LOST_ROUNDS) " rounds");
 }
 
+/* ---- full: a ring filled to the brim while its reader is stopped ------- */
+
+#define FULL_MSGS 100
+#define FULL_LEN (8 * KIB)	/* (copied into the ring: 800 KiB in all) */
+
+/* A posts FULL_MSGS SENDs while B is stopped: the first 256 KiB fill
+ * the ring and A's writer asks B for a wake (shm_full). B, continued,
+ * reads, and wakes A as it goes, once half the ring is free
+ * (wake_producer looks only as it enters each sixteenth of the ring):
+ * every SEND arrives, in order, byte for byte, and completes. A lost
+ * wake would leave the rest in A's queue for good. */
+static void full_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+	int st;
+
+	ping(n, 1);
+	/* (B stops only after our SEND completed: its ACK may wait in B
+	 * for B's next message) */
+	net_put(n, T_DONE + 1);
+	net_expect(n, T_DONE + 2, "B's receives posted");
+	CHECK(waitpid(n->peer_pid, &st, WUNTRACED) == n->peer_pid && WIFSTOPPED(st), "B stopped");
+	for (uint32_t i = 0; i < FULL_MSGS; i++) {
+		fill_pattern(n->b.p + i * FULL_LEN, FULL_LEN, 300 + i);
+		CHECK(post_send1(n->qp, IBV_WR_SEND, i, n->b.p + i * FULL_LEN, FULL_LEN,
+				 n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND %u", i);
+	}
+	usleep(200 * 1000);	/* (the ring filled long before) */
+	CHECK(kill(n->peer_pid, SIGCONT) == 0, "SIGCONT");
+	/* (not polling meanwhile: a poll retries the write, and would hide
+	 * a wake that never came; only our progress thread writes the rest) */
+	net_expect(n, T_DONE, "B checked");
+	for (uint32_t i = 0; i < FULL_MSGS; i++)
+		expect_wc(n->scq, &wc, i, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND into a full ring");
+}
+
+static void full_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+	char what[32];
+
+	ping(n, 1);
+	net_expect(n, T_DONE + 1, "A's ping done");
+	for (uint32_t i = 0; i < FULL_MSGS; i++)
+		post_recv1(n->qp, 1000 + i, n->b.p + i * FULL_LEN, FULL_LEN, n->b.mr->lkey);
+	net_put(n, T_DONE + 2);
+	raise(SIGSTOP);		/* (A continues us once its SENDs are queued) */
+	for (uint32_t i = 0; i < FULL_MSGS; i++) {
+		snprintf(what, sizeof(what), "SEND %u", i);
+		expect_wc(n->rcq, &wc, 1000 + i, IBV_WC_SUCCESS, IBV_WC_RECV, what);
+		CHECK(wc.byte_len == FULL_LEN, "%s: %u bytes", what, wc.byte_len);
+		check_pattern(n->b.p + i * FULL_LEN, FULL_LEN, 300 + i, what);
+	}
+	net_put(n, T_DONE);
+}
+
+static void sub_full(void)
+{
+	struct net_opts o = shm_opts();
+
+	pair_count(&o, full_a, full_b, "shm_full", 1, LLONG_MAX,
+		   "writes that found the ring full, " STR(FULL_MSGS) " SENDs of 8 KiB");
+}
+
+/* The same on UC: no ACKs come back to set the writer going again, only
+ * the wake. */
+static void sub_full_uc(void)
+{
+	struct net_opts o = shm_opts();
+
+	o.type = IBV_QPT_UC;
+	pair_count(&o, full_a, full_b, "shm_full", 1, LLONG_MAX,
+		   "writes that found the ring full, " STR(FULL_MSGS) " SENDs of 8 KiB, UC");
+}
+
 static void sub_corrupt(void)
 {
 	struct net_opts o = shm_opts();
@@ -1443,6 +1529,8 @@ int main(int argc, char **argv)
 		{ "read_spin", sub_read_spin },
 		{ "read_spin_tcp", sub_read_spin_tcp },
 		{ "lost_wake", sub_lost_wake },
+		{ "full", sub_full },
+		{ "full_uc", sub_full_uc },
 		{ "watcher_tcp", sub_watcher_tcp },
 		{ "watcher_big", sub_watcher_big },
 		{ "leave", sub_leave },

@@ -476,7 +476,159 @@ static void small_records(void **state)
 	while (shm_ring_write_small(&f->tx, two, 2, 100) == 100)
 		;
 	assert_int_equal(shm_ring_write_small(&f->tx, two, 2, 100), 0);
-	assert_true(f->tx.pos - atomic_load(&f->ctl.head) > RING - 128);
+	/* (each takes two lines, 128 bytes, and the word after it free) */
+	assert_true(f->tx.pos - atomic_load(&f->ctl.head) > RING - 128 - 8);
+}
+
+/* A small record ends its line: the next record starts a line, whose
+ * first word the consumer zeroed as it read the last lap's record there,
+ * so the producer does not write it as it publishes (put_hdr) and a
+ * message moves as the lines it is in. Where that word is not zero (the
+ * last lap had stream bytes there), the producer clears it first. */
+static void small_lines(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t a[64], in[SHM_SMALL_MAX];
+	uint64_t w = ~0ULL;
+
+	memset(a, 0x5a, sizeof(a));
+	assert_int_equal(put1(f, a, 40, SHM_OWN), 40);		/* 48 bytes */
+	assert_int_equal(shm_ring_write_small(&f->tx, &(struct iovec){ a, 32 }, 1, 32), 32);
+	assert_int_equal(f->tx.pos, 128);	/* 48 + 8 + 32 = 88, to the line's end */
+	assert_int_equal(shm_ring_write_small(&f->tx, &(struct iovec){ a, 56 }, 1, 56), 56);
+	assert_int_equal(f->tx.pos, 192);	/* exactly a line */
+	/* a stale word where the next one goes: cleared before it is published */
+	memcpy(f->data + 256, &w, sizeof(w));
+	assert_int_equal(shm_ring_write_small(&f->tx, &(struct iovec){ a, 8 }, 1, 8), 8);
+	assert_int_equal(f->tx.pos, 256);
+	memcpy(&w, f->data + 256, sizeof(w));
+	assert_int_equal(w, 0);
+	assert_int_equal(get1(f, in, sizeof(in)), 40);
+	/* read: each record's line-start words are zero, the rest left */
+	memset(f->data + 320, 0x11, 8);
+	for (int i = 0; i < 3; i++)
+		assert_true(shm_ring_read_small(&f->rx, in, sizeof(in)) > 0);
+	assert_int_equal(f->rx.pos, 256);
+	for (int line = 1; line < 4; line++) {
+		memcpy(&w, f->data + 64 * line, sizeof(w));
+		assert_int_equal(w, 0);
+	}
+	assert_int_equal(f->data[64 + 8], 0x5a);		/* a body byte */
+	memcpy(&w, f->data, sizeof(w));
+	assert_int_not_equal(w, 0);			/* (the inline record's) */
+	assert_int_equal(f->data[320], 0x11);		/* beyond what was read */
+}
+
+/* model_mixed's consumer side: what was written, in order. */
+struct mixed {
+	uint8_t *src, *dst;
+	size_t in, out, ns, got;
+	uint64_t at[4096];		/* stream offset where small k comes */
+	uint16_t len[4096];
+};
+
+static void mixed_msg(uint8_t *msg, size_t k, size_t len)
+{
+	memset(msg, (int)(k & 0xff), len);
+	memcpy(msg, &k, len < sizeof(k) ? len : sizeof(k));
+}
+
+/* One read of the consumer's (up to want stream bytes, or the small
+ * record due now): false if nothing was there. */
+static bool mixed_read(struct fixture *f, struct mixed *m, size_t want)
+{
+	uint8_t in[SHM_SMALL_MAX], msg[SHM_SMALL_MAX];
+	size_t limit = m->got < m->ns ? m->at[m->got] : m->in;
+	ssize_t r;
+
+	if (m->got < m->ns && m->out == m->at[m->got]) {
+		r = shm_ring_read_small(&f->rx, in, sizeof(in));
+		if (r > 0) {
+			assert_int_equal(r, m->len[m->got]);
+			mixed_msg(msg, m->got, (size_t)r);
+			assert_memory_equal(in, msg, (size_t)r);
+			m->got++;
+			return true;
+		}
+		assert_int_equal(r, 0);
+	}
+	r = get1(f, m->dst + m->out, want);
+	if (r == -ENOMSG) {
+		assert_true(m->got < m->ns && m->out == m->at[m->got]);
+		return false;
+	}
+	assert_true(r >= 0);
+	assert_true(m->out + (size_t)r <= limit);
+	m->out += (size_t)r;
+	return r > 0;
+}
+
+/* Stream bytes and small records mixed at random, across many laps, the
+ * stream's bytes made of words that read as records' headers: every
+ * byte and message comes out once, in order, and no stale word is taken
+ * for a record (the words the producer and the consumer clear). The
+ * consumer often empties the ring, so it polls where the producer will
+ * write next, right after a small record too. */
+static void model_mixed(void **state)
+{
+	struct fixture *f = *state;
+	enum { TOTAL = 1 << 19, SMALLS = 4096 };
+	struct mixed *m = calloc(1, sizeof(*m));
+	uint8_t msg[SHM_SMALL_MAX];
+	unsigned int seed = 777;
+	uint32_t fake[2] = { SHM_REC_SMALL, 24 };
+
+	assert_non_null(m);
+	m->src = malloc(TOTAL);
+	m->dst = malloc(TOTAL);
+	assert_non_null(m->src);
+	assert_non_null(m->dst);
+	for (size_t i = 0; i + 8 <= TOTAL; i += 8) {
+		fake[1] = 8 + (uint32_t)(i % 64);
+		memcpy(m->src + i, fake, sizeof(fake));
+	}
+	while (m->in < TOTAL || m->ns < SMALLS || m->out < TOTAL || m->got < m->ns) {
+		int op = rand_r(&seed) % 4;
+
+		if (op == 0 && m->in < TOTAL) {
+			/* (lengths that keep the stream words aligned in the
+			 * ring, so that headers land on the fake words) */
+			size_t len = 8 * (1 + (size_t)rand_r(&seed) % 40);
+			struct iovec v;
+			uint8_t k = SHM_OWN;
+			ssize_t w;
+
+			if (m->in + len > TOTAL)
+				len = TOTAL - m->in;
+			v = (struct iovec){ m->src + m->in, len };
+			w = shm_ring_write(&f->tx, &v, &k, 1, &io, NULL, NULL);
+			assert_true(w >= 0);
+			m->in += (size_t)w;
+		} else if (op == 1 && m->ns < SMALLS) {
+			size_t len = 1 + (size_t)rand_r(&seed) %
+					 (rand_r(&seed) % 4 ? 64 : SHM_SMALL_MAX);
+			ssize_t w;
+
+			mixed_msg(msg, m->ns, len);
+			w = shm_ring_write_small(&f->tx, &(struct iovec){ msg, len }, 1, len);
+			assert_true(w == 0 || w == (ssize_t)len);
+			if (w) {
+				assert_int_equal(f->tx.pos % 64, 0);
+				m->at[m->ns] = m->in;
+				m->len[m->ns++] = (uint16_t)len;
+			}
+		} else if (op == 2) {
+			mixed_read(f, m, 1 + (size_t)rand_r(&seed) % 500);
+		} else {
+			while (mixed_read(f, m, TOTAL - m->out))
+				;
+		}
+	}
+	assert_int_equal(m->got, SMALLS);
+	assert_memory_equal(m->src, m->dst, TOTAL);
+	free(m->src);
+	free(m->dst);
+	free(m);
 }
 
 /* The poller's look (shm_ring_small_alone): the first body byte of the
@@ -1072,6 +1224,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(fits_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(stops_before_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(small_records, setup, teardown),
+		cmocka_unit_test_setup_teardown(small_lines, setup, teardown),
+		cmocka_unit_test_setup_teardown(model_mixed, setup, teardown),
 		cmocka_unit_test_setup_teardown(corrupt_small, setup, teardown),
 		cmocka_unit_test(small_decode),
 		cmocka_unit_test_setup_teardown(stall_watch, setup, teardown),
