@@ -43,13 +43,20 @@ free_port() {
 }
 
 # show WHAT FILE: a program's output, its first and last 12 lines when it is
-# long (a CI log keeps only so much; what a crash printed comes last).
+# long (a CI log keeps only so much; what a crash printed comes last). A
+# sanitizer's report in it is shown whole (up to 200 lines), from its
+# first line: a cut stack is no use to the next engineer.
 show() {
-	local n
+	local n at
 	[[ -e $2 ]] || return 0
 	n=$(wc -l <"$2")
 	echo "  --- $1 output ($n lines):"
-	if ((n > 30)); then
+	at=$(grep -n -m1 -E '^==[0-9]+==(ERROR|WARNING): |runtime error: ' "$2" | cut -d: -f1)
+	if [[ -n $at ]] && ((n > 30)); then
+		head -n 6 "$2" | sed 's/^/  | /'
+		echo "  | [... sanitizer report from line $at ...]"
+		tail -n "+$at" "$2" | head -n 200 | sed 's/^/  | /'
+	elif ((n > 30)); then
 		head -n 12 "$2" | sed 's/^/  | /'
 		echo "  | [... $((n - 24)) lines ...]"
 		tail -n 12 "$2" | sed 's/^/  | /'
