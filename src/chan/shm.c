@@ -325,7 +325,8 @@ static void wake_if(struct shm_ring_ctl *ctl, int efd)
 #define SHM_WAKE_PARTS	16
 static void wake_producer(struct shm_link *l)
 {
-	uint64_t used, part = l->rx.pos / (l->rx.size / SHM_WAKE_PARTS);
+	/* (the ring's size is a power of two: a mask, not a division) */
+	uint64_t used, part = l->rx.pos & ~(l->rx.size / SHM_WAKE_PARTS - 1);
 
 	if (part == l->wake_part)
 		return;

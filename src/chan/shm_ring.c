@@ -98,7 +98,8 @@ static uint64_t *hdr_word(const struct shm_ring *r, uint64_t pos)
  * (shm_ring_read_small), so the line is not written now: a store into
  * the next line as a message is published cost a small-message ping-pong
  * twice the time of one line moved each way (docs/PERFORMANCE.md,
- * "ring layout"). Mid-line, the word shares the record's last line. */
+ * "small records end their lines"). Mid-line, the word shares the
+ * record's last line. */
 static void put_hdr(struct shm_ring *r, uint64_t pos, uint32_t kind, uint32_t len, uint64_t end)
 {
 	uint32_t h[2] = { kind, len };
