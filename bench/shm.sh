@@ -19,7 +19,8 @@
 # (default 3) interleaved rounds. All on 127.0.0.1.
 #
 # usage: bench/shm.sh
-# env:   BENCH_RUNS, BENCH_SECS (default 3), BENCH_ITERS (default 10000),
+# env:   BENCH_RUNS, BENCH_SECS (default 3), BENCH_ITERS (default 200000,
+#        as many round trips as the ucp_am_lat run beside it),
 #        BENCH_BUILD (default build/), BENCH_SHM=0 to measure softrnic on TCP
 # exit:  0 all measured, 1 some run failed, 2 cannot run
 set -uo pipefail
@@ -29,7 +30,7 @@ BUILD=${BENCH_BUILD:-$ROOT/build}
 SOFTRNIC=$BUILD/bin/softrnic
 RUNS=${BENCH_RUNS:-3}
 SECS=${BENCH_SECS:-3}
-ITERS=${BENCH_ITERS:-10000}
+ITERS=${BENCH_ITERS:-200000}
 T=$((SECS + 40))
 unset SOFTRNIC_LIBDIR
 [[ ${BENCH_SHM:-1} == 0 ]] && export SOFTRNIC_SHM=0
