@@ -157,8 +157,13 @@ void shm_grace_check_locked(struct tcp_chan *tc, uint64_t now);
  * thread is kicked to read it (shm_tx_watch): its program thread, which
  * polled a moment ago and so was left the ring, may now be waiting by
  * watching memory, where only the progress thread can place a WRITE. A
- * polling program reads within a microsecond or two. */
-#define SHM_KICK_NS	(20ULL * 1000)
+ * polling program reads within a microsecond or two, unless it lost its
+ * CPU for a while: at 20 us, 1300-4300 kicks in 3 s of a 64-byte
+ * ib_send_bw here, each waking a progress thread on two vCPUs that two
+ * pollers keep busy, which took a poller's CPU in turn (a 99th
+ * percentile of 0.73-1.56 us in 8-byte ib_send_lat); at 50 us 3-10
+ * times fewer, the 99th percentile 0.62-1.13 (docs/PERFORMANCE.md). */
+#define SHM_KICK_NS	(50ULL * 1000)
 /* ... and the lone ACK that kicked pass owes waits this long for the
  * program's reply to carry it (tcp_rx.c, kicked_defer). */
 #define SHM_KICK_ACK_NS	(20ULL * 1000)
