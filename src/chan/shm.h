@@ -62,6 +62,9 @@ struct chan_stats {
 	_Atomic uint64_t shm_full;	/* writes that found the ring full
 					 * and asked the consumer for a wake
 					 * (shm_send) */
+	_Atomic uint64_t poll_quiet;	/* looks at a polled ring's stream
+					 * taken without its lock (tcp.c,
+					 * tcp_quiet_tick) */
 };
 extern struct chan_stats chan_stats;
 

@@ -25,6 +25,11 @@
  * watching the socket for input and looks again every POLL_CHECK_NS. */
 #define POLL_WINDOW_NS	(500ULL * 1000ULL)
 #define POLL_CHECK_NS	(1000ULL * 1000ULL)
+/* ... every POLL_QUIET_NS instead on a ring still polled with nothing
+ * owed (tcp.c, tcp_on_timer): there a stopped poller's input is the
+ * peer's to notice (it kicks, shm.h SHM_KICK_NS), and each look wakes a
+ * progress thread that takes a busy poller's CPU. */
+#define POLL_QUIET_NS	(4ULL * 1000ULL * 1000ULL)
 /* A progress thread's receive pass that has run POLL_YIELD_ROUNDS rounds
  * on a ring whose program thread polled within POLL_RECENT_NS leaves the
  * ring to it (tcp_spin.c, leave_to_poller_locked). */

@@ -14,6 +14,7 @@
  * Two processes on one host (shm). */
 #include "net_common.h"
 
+#include <limits.h>
 #include <stdbool.h>
 
 enum { T_GO = 0x20, T_SENT, T_DONE };
@@ -22,6 +23,7 @@ enum { T_GO = 0x20, T_SENT, T_DONE };
 #define SLOT 2048		/* bytes per receive buffer */
 #define NRECV 16
 #define PARKED 16
+#define QUIET_ROUNDS 10000
 
 /* The size of round i's message: 0 to the largest small message. */
 static uint32_t msg_len(uint32_t i)
@@ -81,7 +83,7 @@ static void post_slot(struct net_end *n, uint32_t i)
 
 /* ---- ping-pong: A sends round i, B checks it and answers with its own --- */
 
-static void pp_side(struct net_end *n)
+static void pp_run(struct net_end *n, uint32_t rounds)
 {
 	int me = n->role == NET_A ? 0 : 1;
 	uint32_t sdone = 0;
@@ -90,7 +92,7 @@ static void pp_side(struct net_end *n)
 	for (uint32_t i = 0; i < NRECV; i++)
 		post_slot(n, i);
 	net_sync(n, T_GO);
-	for (uint32_t i = 0; i < ROUNDS; i++) {
+	for (uint32_t i = 0; i < rounds; i++) {
 		if (!me)
 			send_round(n, i, me);
 		CHECK(poll_one(n->rcq, &wc, DEADLINE_MS) == 1, "round %u: nothing", i);
@@ -100,9 +102,12 @@ static void pp_side(struct net_end *n)
 			send_round(n, i, me);
 		net_reap_sends(n, &sdone, 0);
 	}
-	net_reap_sends(n, &sdone, ROUNDS);
+	net_reap_sends(n, &sdone, rounds);
 	net_sync(n, T_DONE);
 }
+
+static void pp_side(struct net_end *n) { pp_run(n, ROUNDS); }
+static void pp_long_side(struct net_end *n) { pp_run(n, QUIET_ROUNDS); }
 
 static void sub_pingpong(void)
 {
@@ -124,6 +129,21 @@ static void sub_unfenced(void)
 	o.max_inline = 64;
 	pair_count(&o, pp_side, pp_side, "shm_fenced", 0, ROUNDS / 4,
 		   "ring writes fenced in " STR(ROUNDS) " rounds, both sides");
+}
+
+/* The same ping-pong, longer (a tenth of a second or more): the progress
+ * threads' look at streams their pollers own comes every POLL_QUIET_NS
+ * without the stream's lock while both keep polling and owe nothing
+ * (tcp_quiet_tick; poll_quiet in the stats lines). Before, every
+ * millisecond with it: a progress thread woken that took a poller's CPU,
+ * and the poller's bias revoked. */
+static void sub_quiet(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	pair_count(&o, pp_long_side, pp_long_side, "poll_quiet", 2, LLONG_MAX,
+		   "quiet looks at polled streams in " STR(QUIET_ROUNDS) " rounds");
 }
 
 /* ---- no receive posted: the SENDs wait, then arrive intact, in order ---- */
@@ -443,6 +463,7 @@ int main(int argc, char **argv)
 	struct subtest tests[] = {
 		{ "pingpong", sub_pingpong },
 		{ "unfenced", sub_unfenced },
+		{ "quiet", sub_quiet },
 		{ "writes", sub_writes },
 		{ "write_refused", sub_write_refused },
 		{ "write_after_dereg", sub_write_after_dereg },
