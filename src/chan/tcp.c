@@ -704,7 +704,9 @@ static bool tcp_quiet_tick(struct tcp_chan *tc)
 	    __atomic_load_n(&tc->shm_hold_until, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&tc->shm_grace_at, __ATOMIC_RELAXED) || !poller_active(tc))
 		return false;
-	progress_timer_arm(tc->tctx->pg, &tc->timer, POLL_QUIET_NS);
+	/* (by then, not at: a thread that armed it sooner since, under
+	 * the lock, keeps its time) */
+	progress_timer_arm_by(tc->tctx->pg, &tc->timer, POLL_QUIET_NS);
 	if (__atomic_load_n(&tc->state, __ATOMIC_ACQUIRE) == TS_DEAD)
 		progress_timer_disarm(tc->tctx->pg, &tc->timer);
 	chan_stat_inc(&chan_stats.poll_quiet);
