@@ -1277,7 +1277,7 @@ static void sub_leave(void)
 #define LOST_LEN	32
 #define LOST_SLOTS	4
 #define LOST_AT		(64 * KIB)	/* where B's WRITEs land in A */
-enum { T_ARMED = 0x600, T_WATCH = 0x700, T_SENT = 0x800 };
+enum { T_ARMED = 0x600, T_WATCH = 0x700, T_SENT = 0x800, T_WINDOWED = 0x900 };
 
 static uint64_t now_ns(void)
 {
@@ -1333,6 +1333,9 @@ static void lost_a(struct net_end *n)
 				    "WRITE posted without a wakeup (not placed within 2 s?)");
 		}
 	}
+	/* (for sub_lost_wake, beside the stats lines) */
+	fprintf(stderr, "softrnic stats: test lost_windowed %llu\n",
+		(unsigned long long)(net_get(n) - T_WINDOWED));
 	net_put(n, T_DONE);
 }
 
@@ -1359,7 +1362,7 @@ static void lost_post(struct net_end *n, enum ibv_wr_opcode op, uint64_t id, uin
 static void lost_b(struct net_end *n)
 {
 	uint8_t *base = NULL;
-	uint32_t seq = 0, posted = 0;
+	uint32_t seq = 0, posted = 0, windowed = 0;
 	int rx = -1;
 
 	ping(n, 1);
@@ -1413,19 +1416,43 @@ static void lost_b(struct net_end *n)
 			lost_post(n, IBV_WR_RDMA_WRITE, 2, seq++);
 			count = polled ? 2 : 1;
 			posted++;
+		} else {
+			windowed++;	/* (only the look after sleep finds it) */
 		}
 		net_put(n, T_SENT + count);
 	}
+	net_put(n, T_WINDOWED + windowed);
 	net_expect(n, T_DONE, "A done");
 }
 
+/* A round whose WRITE B posted within 40 us of A's polling stopping
+ * (lost_windowed) is one only the look after sleep can find: with one or
+ * more, at least one WRITE must have been found so (shm_graced). On a
+ * loaded machine B may miss that window every round (0 found in a full
+ * `ctest -j2` under ASan, twice): such a run proves nothing either way,
+ * and is run again, three times at most. */
 static void sub_lost_wake(void)
 {
 	struct net_opts o = shm_opts();
+	char path[64];
 
-	/* (at least one round's WRITE must have waited for that look) */
-	pair_count(&o, lost_a, lost_b, "shm_graced", 1, LLONG_MAX,
-		   "WRITEs found by the look after sleep, in " STR(LOST_ROUNDS) " rounds");
+	for (int run = 1; run <= 3; run++) {
+		int st = pair_with_stats(&o, lost_a, lost_b, false, path);
+		long long graced = stats_sum(path, "shm_graced");
+		long long windowed = stats_sum(path, "lost_windowed");
+		bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+
+		NOTE("run %d: %lld of " STR(LOST_ROUNDS) " rounds' WRITEs posted within the window, "
+		     "%lld found by the look after sleep (shm_graced)", run, windowed, graced);
+		stats_done(path, !ok || (windowed > 0 && graced < 1));
+		CHECK(ok, "the pair failed (status %#x)", st);
+		if (windowed > 0) {
+			CHECK(graced >= 1, "%lld WRITEs waited for the look after sleep: none found by it",
+			      windowed);
+			return;
+		}
+	}
+	SKIP("B never posted within 40 us of A's polling stopping, in 3 runs (a loaded machine)");
 }
 
 /* ---- full: a ring filled to the brim while its reader is stopped ------- */
