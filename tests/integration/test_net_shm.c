@@ -99,7 +99,9 @@
  *   wake_if). B does not poll meanwhile (no kick). A's first sleep after
  *   its polling stopped looks at the ring again SHM_SLEEP_GRACE_NS later:
  *   every WRITE lands, byte for byte, within 2 s, and A's stats line
- *   counts the records that look found (shm_graced).
+ *   counts the records that look found (shm_graced): at least one when
+ *   B posted any within 40 us of A's polling stopping (a loaded machine
+ *   may leave B outside that window every round: run again).
  */
 #include "net_common.h"
 
