@@ -65,6 +65,9 @@ struct chan_stats {
 	_Atomic uint64_t poll_quiet;	/* looks at a polled ring's stream
 					 * taken without its lock (tcp.c,
 					 * tcp_quiet_tick) */
+	_Atomic uint64_t shm_helped;	/* payload bytes we copied into a
+					 * peer's memory for it (its help
+					 * request: shm_help_serve) */
 };
 extern struct chan_stats chan_stats;
 
@@ -174,6 +177,10 @@ void shm_grace_check_locked(struct tcp_chan *tc, uint64_t now);
 void shm_tx_watch(struct tcp_chan *tc, uint64_t now);
 /* Did the peer kick us since we last asked (and clear it)? */
 bool shm_kicked(struct tcp_chan *tc);
+/* A program thread polls (rings set up): has the peer, reading a large
+ * mapped record we wrote, asked us to copy part of it (struct shm_help)?
+ * Then copy it. A look at one word otherwise. No lock. */
+void shm_help_serve(struct tcp_chan *tc);
 /* Should the payload piece at p (len bytes, the application's memory)
  * of a message that settles only when answered be pulled by the peer? */
 bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len);

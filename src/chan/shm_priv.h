@@ -9,13 +9,14 @@
 #include "chan/shm_side.h"
 #include "chan/tcp_priv.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	8	/* 2: mapped records (kind 3); 3: the
+#define SHM_VERSION	9	/* 2: mapped records (kind 3); 3: the
 				 * descriptor server (fdsrv); 4: records
 				 * published by their header word
 				 * (shm_ring.h); 5: small records (kind
@@ -23,8 +24,9 @@
 				 * (shm_ring_ctl.kick); 7: small records
 				 * of up to 1 KiB of payload; 8: small
 				 * records end lines, whose first words
-				 * the consumer zeroes. A peer of
-				 * another version refuses the offer */
+				 * the consumer zeroes; 9: help boards
+				 * (struct shm_help). A peer of another
+				 * version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
 					 * pulled, so the rings hold headers
@@ -41,14 +43,48 @@
 #define SHM_MAPS	16
 #define SHM_MAP_RETRY_NS	(100ULL * 1000 * 1000)
 
+/* A mapped record's copy shared with its producer (DESIGN.md decision
+ * 23, "help"): from this many bytes the consumer asks; it copies the first
+ * part itself, the producer's polling thread the rest, straight from its
+ * own memory into the consumer's memfd, which it maps read-write. How
+ * long the consumer spins for a part the producer took before it yields
+ * its CPU between looks (the producer may have lost its CPU to us), and
+ * before the link counts as broken (a peer stopped mid-copy, or lying). */
+#define SHM_HELP_MIN	(32U * 1024U)
+#define SHM_HELP_SPIN_NS	(20ULL * 1000)
+#define SHM_HELP_UNTAKEN	16
+#define SHM_HELP_WAIT_NS	(1000ULL * 1000 * 1000)
+
+/* The board of one ring's help: written by the ring's consumer (the
+ * request, then state POSTED), taken by its producer (state TAKEN by
+ * compare-and-swap, then DONE or FAILED once it copied), or taken back
+ * by the consumer (RECLAIMED, the same way) if the producer had not
+ * taken it when the consumer finished its own part. state is seq << 8
+ * | phase; seq counts the consumer's requests. Neither side trusts what
+ * the other wrote: the producer checks the request, the consumer copies
+ * the part itself on anything but its own request's DONE. */
+enum { SHM_HELP_IDLE, SHM_HELP_POSTED, SHM_HELP_TAKEN, SHM_HELP_DONE, SHM_HELP_FAILED,
+       SHM_HELP_RECLAIMED };
+struct shm_help {
+	_Atomic uint64_t state;
+	_Atomic uint64_t src;		/* the part, in the producer's memory */
+	_Atomic uint64_t len;
+	_Atomic uint64_t ino, off;	/* where it goes: the consumer's memfd */
+	_Atomic uint32_t fd;		/* ... by its number there */
+	uint8_t pad[20];
+};
+_Static_assert(sizeof(struct shm_help) == 64, "a help board is one line");
+
 /* The first page of the memfd. ctl[0] is the offerer-to-accepter ring,
- * ctl[1] the other; ring i's data is at SHM_HDR_SIZE + i * ring_size. */
+ * ctl[1] the other; ring i's data is at SHM_HDR_SIZE + i * ring_size.
+ * help[i] is ring i's board. */
 struct shm_hdr {
 	uint32_t magic, version;
 	uint64_t ring_size;
 	uint8_t token[16];
 	uint8_t pad[32];
 	struct shm_ring_ctl ctl[2];
+	struct shm_help help[2];
 };
 _Static_assert(sizeof(struct shm_hdr) <= SHM_HDR_SIZE, "shm header fits its page");
 
@@ -89,7 +125,7 @@ struct shm_switch {
 struct peer_map {
 	uint32_t fd;
 	uint64_t ino;
-	const uint8_t *base;
+	uint8_t *base;
 	uint64_t size;
 	uint64_t used;			/* LRU clock; 0: the slot is free */
 	uint64_t retry;			/* CLOCK_MONOTONIC ns */
@@ -122,6 +158,21 @@ struct shm_link {
 	struct peer_map maps[SHM_MAPS];
 	uint64_t map_clock;
 	int map_last;			/* the slot hit last */
+	/* Help (SHM_HELP_MIN): the board we post on as our rx ring's
+	 * consumer, and our last request's seq (rx_lock); the board of our
+	 * tx ring, which we serve; the peer's memfds we write into when we
+	 * help, mapped read-write (help_lock, taken with trylock). help_ok:
+	 * the peer can map our memfds by pidfd_getfd (it pulls from us), and
+	 * help is on (SOFTRNIC_SHM_HELP). */
+	struct shm_help *help_post, *help_serve;
+	uint64_t help_seq;
+	unsigned int help_part;		/* the producer's share, in 64ths */
+	unsigned int help_idle;		/* requests taken back in a row */
+	bool help_ok;
+	pthread_mutex_t help_lock;
+	struct peer_map wmaps[SHM_MAPS];
+	uint64_t wmap_clock;
+	int wmap_last;
 	/* Offerer: listed in offers_t->offers until answered; who took the
 	 * descriptors from the server (the first asker only), and whether
 	 * anyone else asked. Accepter: it took them from the server. */
@@ -142,5 +193,8 @@ void shm_link_free(struct shm_link *l);
 void shm_link_rings(struct shm_link *l, int tx, int rx, uint64_t ring_size);
 /* Off the offerer's list of links on offer (the descriptor server's). */
 void shm_offer_unlist(struct shm_link *l);
+/* The switch told whether the peer pulls from us (tc->shm_pull_ok): set
+ * help_ok. tc->lock held, before the rings are read. */
+void shm_help_setup(struct tcp_chan *tc);
 
 #endif

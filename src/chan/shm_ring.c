@@ -562,6 +562,12 @@ static ssize_t copy_mapped(struct shm_ring *r, const struct iovec *dst, int k, s
 	src = io->map(io->arg, r->rec_fd, r->rec_ino, r->rec_moff + r->rec_off, take);
 	if (!src)
 		return 0;
+	if (io->help && app && k == 1 && dst[0].iov_len >= take) {
+		ssize_t h = io->help(io->arg, dst[0].iov_base, src, take, r->rec_addr + r->rec_off);
+
+		if (h)
+			return h;
+	}
 	for (int j = 0; j < k && done < take; j++) {
 		size_t c = dst[j].iov_len < take - done ? dst[j].iov_len : take - done;
 		uint8_t probe[256];

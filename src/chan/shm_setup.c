@@ -616,6 +616,7 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	tc->shm_pull_ok = a.pull_ok != 0;
 	tc->shm_map_ok = a.map_ok && s.map_ok;
 	l->io.no_pull = !tc->shm_pull_ok;
+	shm_help_setup(tc);
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 	ok = ctl_queue_locked(tc, SR_ST_SHM_SWITCH, &s, sizeof(s));
 	sr_mutex_unlock(&tc->lock);
@@ -660,6 +661,7 @@ static int on_switch(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	tc->shm_pull_ok = s.pull_ok != 0;
 	tc->shm_map_ok = s.map_ok && atomic_load(&tc->shm->side.fd) >= 0;
 	tc->shm->io.no_pull = !tc->shm_pull_ok;
+	shm_help_setup(tc);
 	want(tc, (tc->events & EPOLLOUT) | rx_events(tc));
 	sr_mutex_unlock(&tc->lock);
 	linked(tc);

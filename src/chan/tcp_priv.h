@@ -480,4 +480,14 @@ bool tcp_poll_idle(struct tcp_chan *tc);
  * leave the ring to a program thread that polls (tcp_spin.c)? tc->lock. */
 bool leave_to_poller_locked(struct tcp_chan *tc);
 
+/* A spinning thread's pause. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 #endif

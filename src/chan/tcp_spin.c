@@ -29,15 +29,6 @@ static uint64_t spin_ns(void)
 	return (uint64_t)v;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /* Has input come since the pass that left the ring at mark (shm), or is
  * any waiting in the socket (a system call)? */
 static bool rx_input_waits(struct tcp_chan *tc, uint64_t mark)
@@ -145,8 +136,10 @@ bool tcp_poll_idle(struct tcp_chan *tc)
 		if (!(mark & 1))
 			shm_tx_watch(tc, now);	/* (an even mark: rings set up) */
 	}
-	return !(mark & 1) && atomic_load_explicit(&tc->tx_idle, memory_order_acquire) &&
-	       shm_rx_idle_at(tc, mark);
+	if (mark & 1)
+		return false;
+	shm_help_serve(tc);	/* (a look at one word, unless asked) */
+	return atomic_load_explicit(&tc->tx_idle, memory_order_acquire) && shm_rx_idle_at(tc, mark);
 }
 
 /* The progress thread's pass on a ring, every POLL_YIELD_ROUNDS rounds
