@@ -14,8 +14,9 @@
  * every store before it; the two dozen of an 8-byte ping-pong's round
  * cost about a fifth of it. A lock that one thread keeps taking, one
  * after another, with nobody else, is given to that thread (bias): it
- * then takes and releases it with plain stores to `active` and a look at
- * `bias`. Another thread that wants it takes the mutex, clears `bias`,
+ * then takes it with one compare-and-swap of `active` and a look at
+ * `bias`, and releases it with a plain store. Another thread that wants
+ * it takes the mutex, clears `bias`,
  * makes every thread of the process pass a full barrier
  * (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), registered as the
  * library loads) and waits until the owner is out: the owner that stored
@@ -99,16 +100,26 @@ static inline void sr_mutex_destroy(sr_mutex *m)
 	(void)m;
 }
 
-/* The owner's way in: 1 if it holds the lock now. */
+/* The owner's way in: 1 if it holds the lock now.
+ *
+ * `active` is claimed with a compare-and-swap, not stored: a thread that
+ * read `bias` as its own and then lost its CPU may still be the owner in
+ * its own eyes after the bias was revoked and given to another thread,
+ * now inside; a plain store of its `active` would overwrite the new
+ * owner's, and its failure path's zero would then tell the next revoker
+ * nobody is inside (tests/unit/test_lock `bias_turns`: two threads taking
+ * turns at full speed found each other inside within seconds). So the
+ * take costs one locked instruction, the release none. */
 static inline bool sr_mutex_biased_take(sr_mutex *m, uintptr_t me)
 {
 #if defined(__x86_64__)
-	if (atomic_load_explicit(&m->bias, memory_order_relaxed) != me)
+	uintptr_t none = 0;
+
+	if (!me || atomic_load_explicit(&m->bias, memory_order_relaxed) != me)
 		return false;
-	atomic_store_explicit(&m->active, me, memory_order_relaxed);
-	/* (a revoker's membarrier orders the two for the hardware; only
-	 * the compiler must not) */
-	atomic_signal_fence(memory_order_seq_cst);
+	if (!atomic_compare_exchange_strong_explicit(&m->active, &none, me, memory_order_acquire,
+						     memory_order_relaxed))
+		return false;	/* (a thread whose bias is gone, on its way out) */
 	if (__builtin_expect(atomic_load_explicit(&m->bias, memory_order_acquire) == me, 1)) {
 		/* (only the owner writes it while it has the bias) */
 		atomic_store_explicit(&m->used,
