@@ -65,6 +65,8 @@ struct chan_stats {
 	_Atomic uint64_t poll_quiet;	/* looks at a polled ring's stream
 					 * taken without its lock (tcp.c,
 					 * tcp_quiet_tick) */
+	_Atomic uint64_t tcp_out_shm;	/* EPOLLOUT on the socket of a
+					 * stream that writes to its ring */
 	_Atomic uint64_t shm_helped;	/* payload bytes we copied into a
 					 * peer's memory for it (its help
 					 * request: shm_help_serve) */

@@ -568,8 +568,13 @@ static void tcp_on_event_ref(struct tcp_chan *tc, uint32_t events)
 				tcp_rx(tc);
 			return;
 		}
-		if (events & EPOLLOUT)
+		if (events & EPOLLOUT) {
+			/* (room in the socket of a stream that writes to its
+			 * ring: a wait left armed; counted, for the tests) */
+			if (tc->shm_tx)
+				chan_stat_inc(&chan_stats.tcp_out_shm);
 			tcp_flush_locked(tc);
+		}
 		if ((events & EPOLLIN) && !(events & (EPOLLHUP | EPOLLERR)) && !tc->closed &&
 		    poller_active(tc)) {
 			/* A program thread is polling for this stream's
