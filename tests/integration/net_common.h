@@ -683,6 +683,28 @@ static NET_UNUSED void net_reap_sends(struct net_end *n, uint32_t *done, uint32_
 	net_reap(n, done, upto, IBV_WC_SEND);
 }
 
+/* The shared area (rings) of this process's same-host streams, if mapped:
+ * base and size. */
+static NET_UNUSED size_t shm_mapping(uint8_t **base)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	size_t len = 0;
+
+	CHECK(f, "open /proc/self/maps");
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (!strstr(line, "/memfd:softrnic-shm") || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+			continue;
+		*base = (uint8_t *)lo;
+		len = hi - lo;
+		break;
+	}
+	fclose(f);
+	return len;
+}
+
 /* ---- counts: the stats line each side prints (SOFTRNIC_STATS=1) -------- */
 
 /* The sum of FIELD over the stats lines in the file at path; -1 if none. */

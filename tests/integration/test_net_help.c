@@ -55,26 +55,6 @@ enum { T_GO = 0x100, T_DONE = 0x200 };
 enum { H_STATE = 0, H_SRC = 8, H_LEN = 16, H_INO = 24, H_OFF = 32, H_FD = 40 };
 enum { HELP_IDLE, HELP_POSTED, HELP_TAKEN, HELP_DONE, HELP_FAILED };
 
-static size_t shm_mapping(uint8_t **base)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	size_t len = 0;
-
-	CHECK(f, "open /proc/self/maps");
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (!strstr(line, "/memfd:softrnic-shm") || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
-			continue;
-		*base = (uint8_t *)lo;
-		len = hi - lo;
-		break;
-	}
-	fclose(f);
-	return len;
-}
-
 static _Atomic uint64_t *board_u64(uint8_t *base, int i, size_t off)
 {
 	return (_Atomic uint64_t *)(void *)(base + HELP_AT(i) + off);

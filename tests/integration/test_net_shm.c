@@ -126,27 +126,6 @@ enum { T_READY = 0x100, T_DONE = 0x200, T_CORRUPT = 0x300 };
 
 #define XFER (4 * MIB)
 
-/* The shared area of this process's streams, if mapped: base and size. */
-static size_t shm_mapping(uint8_t **base)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	size_t len = 0;
-
-	CHECK(f, "open /proc/self/maps");
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (!strstr(line, "/memfd:softrnic-shm") || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
-			continue;
-		*base = (uint8_t *)lo;
-		len = hi - lo;
-		break;
-	}
-	fclose(f);
-	return len;
-}
-
 /* One SEND each way, so the switch (which follows the first messages)
  * has happened by the time both sides look. Buffers at off. */
 static void ping_at(struct net_end *n, uint64_t id, size_t off)
