@@ -49,14 +49,39 @@
  * kernel waits for a grace period (10-20 ms here). */
 static atomic_bool membar_ok;
 
+bool sr_lock_rseq;
+uint64_t sr_lock_restarts;
+/* SOFTRNIC_LOCK_BIAS=0 (docs/CONFIG.md): nothing is biased. */
+static bool bias_off;
+static bool rseq_off;	/* SOFTRNIC_LOCK_RSEQ=0 */
+
+#ifdef SR_LOCK_RSEQ
+/* Has the kernel this thread's rseq area (glibc registers one for every
+ * thread; -1 or -2 in cpu_id: not registered, or refused)? */
+static bool rseq_thread_ok(uintptr_t me)
+{
+	const struct rseq *rs = (const struct rseq *)(me + (uintptr_t)__rseq_offset);
+
+	return __rseq_size && (int32_t)atomic_load_explicit((_Atomic uint32_t *)&rs->cpu_id,
+							     memory_order_relaxed) >= 0;
+}
+#endif
+
 static void membar_register(void)
 {
 	atomic_store(&membar_ok,
 		     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0);
+#ifdef SR_LOCK_RSEQ
+	/* (the mode is the process's for its life: a forked child keeps
+	 * its parent's; one whose registration fails has no bias then) */
+	if (!rseq_off && !bias_off && rseq_thread_ok(sr_self()) &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0)
+		sr_lock_rseq = true;
+	else if (sr_lock_rseq)
+		atomic_store(&membar_ok, false);
+#endif
 }
 
-/* SOFTRNIC_LOCK_BIAS=0 (docs/CONFIG.md): nothing is biased. */
-static bool bias_off;
 
 /* (a forked child registers again: one thread then, so at once) */
 __attribute__((constructor)) static void membar_init(void)
@@ -64,6 +89,8 @@ __attribute__((constructor)) static void membar_init(void)
 	const char *v = getenv("SOFTRNIC_LOCK_BIAS");
 
 	bias_off = v && !strcmp(v, "0");
+	v = getenv("SOFTRNIC_LOCK_RSEQ");
+	rseq_off = v && !strcmp(v, "0");
 	membar_register();
 	pthread_atfork(NULL, NULL, membar_register);
 }
@@ -87,6 +114,22 @@ int sr_membar_all(void)
 	 * from now on: the callers fence themselves) */
 	atomic_store(&membar_ok, false);
 	return -1;
+}
+
+/* The revoker's barrier: with rseq takes, also the restart of any take
+ * under way between its look at `bias` and its store (lock.h). */
+static int membar_bias(void)
+{
+#ifdef SR_LOCK_RSEQ
+	if (sr_lock_rseq) {
+		if (atomic_load(&membar_ok) &&
+		    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0)
+			return 0;
+		atomic_store(&membar_ok, false);
+		return -1;
+	}
+#endif
+	return sr_membar_all();
 }
 
 /* ---- the mutex ------------------------------------------------------- */
@@ -138,7 +181,7 @@ static int bias_revoke(sr_mutex *m, uintptr_t me, bool wait)
 		/* (before the barrier: an owner still inside then sees it as
 		 * it leaves, and wakes us) */
 		atomic_store_explicit(&m->revoking, 1, memory_order_relaxed);
-		if (sr_membar_all()) {
+		if (membar_bias()) {
 			/* (no barrier: stores reach the others within
 			 * microseconds; wait that out) */
 			atomic_thread_fence(memory_order_seq_cst);
@@ -179,6 +222,10 @@ static void bias_earn(sr_mutex *m, uintptr_t me)
 {
 	if (!me || !sr_lock_bias_on())
 		return;
+#ifdef SR_LOCK_RSEQ
+	if (sr_lock_rseq && !rseq_thread_ok(me))
+		return;		/* (its takes could not be restarted) */
+#endif
 	if (m->last != me) {
 		/* The last thread's streak, cut short: takes the debt kept
 		 * from its bias, which pay the debt back (the progress

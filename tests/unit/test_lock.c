@@ -3,15 +3,20 @@
  * in the kernel), trylock, a waiter woken by the release it waits for,
  * and the bias: a thread that keeps taking the lock gets it without
  * locked instructions, and another thread that takes it now and then
- * takes it from it, never while it is inside. */
+ * takes it from it, never while it is inside, whether its take is a
+ * restartable sequence or a compare-and-swap. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +348,120 @@ static void bias_off(void **state)
 	assert_int_equal(atomic_load(&m.bias), 0);
 }
 
+/* The biased take runs as a restartable sequence where the kernel and
+ * glibc have rseq (lock.h): decided as the library loads, off with
+ * SOFTRNIC_LOCK_RSEQ=0 (ctest runs this binary once more so, for the
+ * compare-and-swap take). A take leaves the thread's rseq_cs cleared. */
+static void rseq_mode(void **state)
+{
+	const char *v = getenv("SOFTRNIC_LOCK_RSEQ");
+
+	(void)state;
+	if (v && !strcmp(v, "0")) {
+		assert_false(sr_lock_rseq);
+		return;
+	}
+#ifdef SR_LOCK_RSEQ
+	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+	sr_mutex m;
+
+	if (!__rseq_size || cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ) ||
+	    !sr_lock_bias_on())
+		skip();
+	assert_true(sr_lock_rseq);
+	sr_mutex_init(&m);
+	for (int i = 0; i < 100; i++) {
+		sr_mutex_lock(&m);
+		sr_mutex_unlock(&m);
+	}
+	assert_int_equal(atomic_load(&m.bias), sr_self());
+	sr_mutex_lock(&m);
+	assert_int_equal(atomic_load(&m.active), sr_self());
+	assert_int_equal(atomic_load(&m.state), 0);	/* by the bias */
+	sr_mutex_unlock(&m);
+	assert_int_equal(((struct rseq *)(sr_self() + (uintptr_t)__rseq_offset))->rseq_cs, 0);
+#else
+	skip();
+#endif
+}
+
+/* A biased owner taking the lock on and on while signals land on it (the
+ * kernel restarts a take that one interrupts) and another thread takes
+ * the lock from it now and then: never two inside. */
+static sr_mutex sg = SR_MUTEX_INIT;
+static atomic_bool sg_done;
+static volatile uintptr_t sg_in;
+static volatile int sg_overlap;
+static volatile uint64_t sg_count;	/* guarded by sg */
+static atomic_ulong sg_signals;
+
+static void sg_handler(int sig)
+{
+	(void)sig;
+	atomic_fetch_add_explicit(&sg_signals, 1, memory_order_relaxed);
+}
+
+/* (plain stores inside: the owner's loop is mostly its take, so that
+ * signals land in it) */
+static void sg_section(void)
+{
+	uintptr_t me = sr_self();
+
+	sr_mutex_lock(&sg);
+	if (sg_in)
+		sg_overlap = sg_overlap + 1;
+	sg_in = me;
+	sg_count = sg_count + 1;
+	if (sg_in != me)
+		sg_overlap = sg_overlap + 1;
+	sg_in = 0;
+	sr_mutex_unlock(&sg);
+}
+
+static void *sg_owner(void *arg)
+{
+	uint64_t *mine = arg;
+
+	while (!atomic_load_explicit(&sg_done, memory_order_relaxed)) {
+		sg_section();
+		(*mine)++;
+	}
+	return NULL;
+}
+
+static void bias_signals(void **state)
+{
+	struct sigaction sa = { .sa_handler = sg_handler };
+	uint64_t owner_takes = 0, ours = 0;
+	struct timespec t0, t;
+	pthread_t o;
+
+	(void)state;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR1, &sa, NULL), 0);
+	assert_int_equal(pthread_create(&o, NULL, sg_owner, &owner_takes), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		for (int i = 0; i < 200; i++)
+			pthread_kill(o, SIGUSR1);
+		sg_section();
+		ours++;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 1000000000L);
+	atomic_store(&sg_done, true);
+	assert_int_equal(pthread_join(o, NULL), 0);
+	print_message("owner takes %lu, ours %lu, signals %lu, restarts %lu\n",
+		      (unsigned long)owner_takes, (unsigned long)ours,
+		      (unsigned long)atomic_load(&sg_signals), (unsigned long)sr_lock_restarts);
+	assert_int_equal(sg_overlap, 0);
+	assert_int_equal(sg_count, owner_takes + ours);
+	assert_true(owner_takes > 0 && atomic_load(&sg_signals) > 0);
+	/* (a restart is the kernel's: had it found the sequence's
+	 * descriptor or signature wrong, it would have killed us) */
+	if (sr_lock_rseq)
+		assert_true(sr_lock_restarts > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -353,6 +472,8 @@ int main(void)
 		cmocka_unit_test(bias_trylock),
 		cmocka_unit_test(bias_turns),
 		cmocka_unit_test(bias_off),
+		cmocka_unit_test(rseq_mode),
+		cmocka_unit_test(bias_signals),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
