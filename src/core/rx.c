@@ -87,6 +87,18 @@ static bool take_rwqe(struct sr_qp *qp, struct sr_rwqe *out)
 	return true;
 }
 
+/* The next receive WQE for a request the QP takes now: in place when it
+ * is the QP's own (its slot stays ours while we hold the QP lock, which
+ * a post needs: no copy), else an SRQ's, copied into buf. NULL if none. */
+static struct sr_rwqe *next_rwqe(struct sr_qp *qp, struct sr_rwqe *buf)
+{
+	if (qp->xdom || qp->srq)
+		return take_rwqe(qp, buf) ? buf : NULL;
+	if (qp->rq.head == qp->rq.tail)
+		return NULL;
+	return rq_at(&qp->rq, qp->rq.head++);
+}
+
 static void recv_complete(struct sr_qp *qp, struct sr_rwqe *r, struct sr_msg *m,
 			  enum ibv_wc_opcode op, enum ibv_wc_status st)
 {
@@ -204,7 +216,7 @@ static enum ibv_wc_status scatter(struct sr_qp *qp, struct sr_rwqe *r, struct sr
 static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
 {
 	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
-	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+	struct sr_rwqe *r;
 	enum ibv_wc_status st;
 
 	if (m->rwqe) {
@@ -214,7 +226,8 @@ static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
 		st = (m->flags & SR_MSGF_TOO_LONG) ? IBV_WC_LOC_LEN_ERR :
 		     (m->flags & SR_MSGF_PLACE_ERR) ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS;
 	} else {
-		if (!take_rwqe(qp, r))
+		r = next_rwqe(qp, (struct sr_rwqe *)rbuf);
+		if (!r)
 			return RX_PARK;
 		st = scatter(qp, r, m);
 	}
@@ -401,9 +414,9 @@ int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
 static enum rx_result rx_imm(struct sr_qp *qp, struct sr_msg *m)
 {
 	uint8_t rbuf[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
-	struct sr_rwqe *r = (struct sr_rwqe *)rbuf;
+	struct sr_rwqe *r = next_rwqe(qp, (struct sr_rwqe *)rbuf);
 
-	if (!take_rwqe(qp, r))
+	if (!r)
 		return RX_PARK;
 	respond(qp, m, SR_MSG_ACK, SR_ST_OK);
 	m->len = qp->rx_last_write_len;
