@@ -82,7 +82,6 @@ static void membar_register(void)
 #endif
 }
 
-
 /* (a forked child registers again: one thread then, so at once) */
 __attribute__((constructor)) static void membar_init(void)
 {

@@ -129,8 +129,9 @@ static inline void sr_mutex_destroy(sr_mutex *m)
  * the store; should the kernel preempt, signal or (the revoker's barrier)
  * interrupt the thread between the two, it resumes at the abort label,
  * preceded by glibc's signature (RSEQ_SIG, as an undefined instruction's
- * operand), which counts the restart and starts over. The thread's rseq_cs is cleared on the way
- * out, so that it never names this library after a dlclose. */
+ * operand), which counts the restart and starts over. The thread's
+ * rseq_cs is cleared on the way out, so that it never names this library
+ * after a dlclose. */
 static inline bool sr_rseq_claim(sr_mutex *m, uintptr_t me)
 {
 	uint64_t *cs = (uint64_t *)(me + (uintptr_t)__rseq_offset + offsetof(struct rseq, rseq_cs));
