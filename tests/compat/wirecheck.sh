@@ -59,7 +59,7 @@ pair() {
 	if ! timeout 30 $run "${args[@]}" -p "$port" 127.0.0.1 >"$work/cli.log" 2>&1; then
 		echo "wirecheck: FAIL: ${args[*]} (client)"; cat "$work/cli.log"; fail=1
 	fi
-	wait "$spid" || { echo "wirecheck: FAIL: ${args[*]} (server)"; fail=1; }
+	wait "$spid" || { echo "wirecheck: FAIL: ${args[*]} (server, exit $?)"; cat "$work/srv.log"; fail=1; }
 }
 
 capture() {	# capture FILE EXT: run the traffic with SOFTRNIC_EXT=EXT
