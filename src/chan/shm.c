@@ -234,18 +234,9 @@ void shm_help_setup(struct tcp_chan *tc)
 	struct shm_link *l = tc->shm;
 	const char *v = getenv("SOFTRNIC_SHM_HELP");
 
-	/* Each side maps the other's memfd: with pidfd_getfd, which needs the
-	 * ptrace access that pulling proves (the peer's of us, and ours of
-	 * it), or, where the descriptor server linked us (two programs in
-	 * sibling user namespaces: `softrnic run` unprivileged), as the
-	 * side channel passes it (map_peer_fd), as for mapped records: the
-	 * reader passes its memfd there before the request naming it. */
-	if (v && *v == '0')
-		l->help_ok = false;
-	else if (atomic_load(&l->side.fd) >= 0)
-		l->help_ok = tc->shm_map_ok;
-	else
-		l->help_ok = tc->shm_pull_ok && l->pidfd >= 0 && !l->via_fdsrv;
+	/* Both ways need pidfd_getfd, which needs the ptrace access that
+	 * pulling proves: the peer's of us, and ours of it. */
+	l->help_ok = tc->shm_pull_ok && l->pidfd >= 0 && !l->via_fdsrv && !(v && *v == '0');
 }
 
 /* Consumer (rx_lock): a mapped record's len bytes, src -> dst, where dst
@@ -273,10 +264,6 @@ static ssize_t io_help(void *arg, void *dst, const void *src, size_t len, uint64
 		return 0;
 	if (!shm_map_find(dst, len, &me) || me.fd < 0 || me.off > me.size ||
 	    len > me.size - me.off)
-		return 0;
-	/* (a producer that cannot take it with pidfd_getfd gets it first) */
-	if (atomic_load_explicit(&l->side.fd, memory_order_relaxed) >= 0 &&
-	    !shm_side_send(&l->side, me.fd, me.ino))
 		return 0;
 	seq = ++l->help_seq & (UINT64_MAX >> 8);
 	atomic_store_explicit(&b->src, raddr + mine, memory_order_relaxed);

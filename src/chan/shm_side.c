@@ -104,7 +104,6 @@ void shm_side_init(struct shm_side *s)
 {
 	memset(s, 0, sizeof(*s));
 	atomic_init(&s->fd, -1);
-	pthread_mutex_init(&s->lock, NULL);
 }
 
 void shm_side_close(struct shm_side *s)
@@ -117,7 +116,6 @@ void shm_side_close(struct shm_side *s)
 	for (int i = 0; i < s->ngot; i++)
 		close(s->got[i].fd);
 	s->ngot = 0;
-	pthread_mutex_destroy(&s->lock);
 }
 
 bool shm_side_send(struct shm_side *s, int fd, uint64_t ino)
@@ -125,26 +123,19 @@ bool shm_side_send(struct shm_side *s, int fd, uint64_t ino)
 	struct side_msg m = { .magic = SIDE_MAGIC, .version = SIDE_VERSION,
 			      .pfd = (uint32_t)fd, .ino = ino };
 	int sfd = atomic_load_explicit(&s->fd, memory_order_relaxed);
-	bool ok = false;
 
 	if (sfd < 0 || fd < 0)
 		return false;
-	pthread_mutex_lock(&s->lock);
 	for (int i = 0; i < s->nsent; i++)
-		if (s->sent[i].pfd == (uint32_t)fd && s->sent[i].ino == ino) {
-			ok = true;
-			goto out;
-		}
+		if (s->sent[i].pfd == (uint32_t)fd && s->sent[i].ino == ino)
+			return true;
 	if (s->nsent == SHM_SIDE_MAX ||
 	    shm_fds_send(sfd, &m, sizeof(m), &fd, 1, MSG_DONTWAIT) != (ssize_t)sizeof(m))
-		goto out;
+		return false;
 	s->sent[s->nsent].pfd = (uint32_t)fd;
 	s->sent[s->nsent].ino = ino;
 	s->nsent++;
-	ok = true;
-out:
-	pthread_mutex_unlock(&s->lock);
-	return ok;
+	return true;
 }
 
 /* One message off the connection: 1 (taken or dropped), 0 (nothing
@@ -174,16 +165,12 @@ static int take_one(struct shm_side *s, int sfd)
 
 int shm_side_take(struct shm_side *s, uint32_t pfd, uint64_t ino)
 {
-	int sfd = atomic_load_explicit(&s->fd, memory_order_relaxed), fd = -1;
+	int sfd = atomic_load_explicit(&s->fd, memory_order_relaxed);
 
-	pthread_mutex_lock(&s->lock);
 	for (int k = 0; sfd >= 0 && k < SIDE_DRAIN && take_one(s, sfd); k++)
 		;
 	for (int i = 0; i < s->ngot; i++)
-		if (s->got[i].pfd == pfd && s->got[i].ino == ino) {
-			fd = fcntl(s->got[i].fd, F_DUPFD_CLOEXEC, 0);
-			break;
-		}
-	pthread_mutex_unlock(&s->lock);
-	return fd;
+		if (s->got[i].pfd == pfd && s->got[i].ino == ino)
+			return fcntl(s->got[i].fd, F_DUPFD_CLOEXEC, 0);
+	return -1;
 }

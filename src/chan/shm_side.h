@@ -11,16 +11,10 @@
  * descriptors closed), at most SHM_SIDE_MAX are kept, and what the
  * receiver maps is checked by its caller (shm.c: map_peer_fd) as a memfd
  * taken with pidfd_getfd is.
- *
- * A reader that asks its writer for help (shm.c, io_help) passes its own
- * memfd the same way, before the request that names it: each side's
- * tables then serve both its writing and its reading, from the threads of
- * both, under the side's lock.
  */
 #ifndef SOFTRNIC_SHM_SIDE_H
 #define SOFTRNIC_SHM_SIDE_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,12 +25,11 @@
 
 struct shm_side {
 	_Atomic int fd;			/* the connection (-1: none), non-blocking */
-	pthread_mutex_t lock;		/* the tables, and a send or a take */
-	/* sender: the memfds passed, by our number and inode */
+	/* sender: the memfds passed, by our number and inode (tc->lock) */
 	struct { uint32_t pfd; uint64_t ino; } sent[SHM_SIDE_MAX];
 	int nsent;
 	/* receiver: those received, by the sender's number and inode, and
-	 * ours */
+	 * ours (rx_lock) */
 	struct { uint32_t pfd; uint64_t ino; int fd; } got[SHM_SIDE_MAX];
 	int ngot;
 };
@@ -52,7 +45,7 @@ ssize_t shm_fds_send(int sock, const void *p, size_t len, const int *fds, int n,
 ssize_t shm_fds_recv(int sock, void *p, size_t len, int *fds, int max, int *nfds, int flags);
 
 void shm_side_init(struct shm_side *s);
-/* Close the connection and every descriptor received (the link's end). */
+/* Close the connection and every descriptor received. */
 void shm_side_close(struct shm_side *s);
 /* Sender: has the peer got memfd fd (inode ino), or can it have it now
  * (without blocking)? */

@@ -13,10 +13,6 @@
  *   pause (expect_wc naps).
  * - writes_off: the same with SOFTRNIC_SHM_HELP=0: the bytes arrive, and
  *   nobody helps (shm_helped 0).
- * - writes_userns: `writes` with each side in a user namespace of its own
- *   (two programs `softrnic run` started unprivileged): no pidfd_getfd
- *   either way, so B passes A its memfd on the side channel, and A helps
- *   all the same (counted as in writes).
  * - send_read: 1 MiB SENDs from A into B's receives (both polling), and
  *   4 MiB READs by B of A's memory while A polls its empty CQ (A writes
  *   the responses, B reads them): byte for byte, and help counted (as
@@ -194,12 +190,10 @@ static bool two_cpus_free(void)
  * CPU while the reader copies, which other tests' processes can prevent
  * throughout a short run) the help counted must be some, in one of three
  * runs. */
-static void pair_helped(net_side_fn fa, net_side_fn fb, int own_userns, const char *what)
+static void pair_helped(net_side_fn fa, net_side_fn fb, const char *what)
 {
 	struct net_opts o = help_opts();
 	bool alone = getenv("INTEG_ALONE") != NULL;
-
-	o.own_userns = own_userns;
 	char path[64];
 
 	for (int run = 1;; run++) {
@@ -222,13 +216,7 @@ static void pair_helped(net_side_fn fa, net_side_fn fb, int own_userns, const ch
 
 static void sub_writes(void)
 {
-	pair_helped(writes_a, writes_b, 0, "bytes A copied for B, " STR(ROUNDS) " x 16 MiB of WRITEs");
-}
-
-static void sub_writes_userns(void)
-{
-	pair_helped(writes_a, writes_b, 1,
-		    "bytes A copied for B across user namespaces, " STR(ROUNDS) " x 16 MiB of WRITEs");
+	pair_helped(writes_a, writes_b, "bytes A copied for B, " STR(ROUNDS) " x 16 MiB of WRITEs");
 }
 
 static void sub_writes_off(void)
@@ -294,7 +282,7 @@ static void send_read_b(struct net_end *n)
 
 static void sub_send_read(void)
 {
-	pair_helped(send_read_a, send_read_b, 0,
+	pair_helped(send_read_a, send_read_b,
 		    "bytes copied for the peer, 8 SENDs of 1 MiB and 2 READs of 4 MiB");
 }
 
@@ -491,7 +479,6 @@ int main(int argc, char **argv)
 	struct subtest tests[] = {
 		{ "writes", sub_writes },
 		{ "writes_off", sub_writes_off },
-		{ "writes_userns", sub_writes_userns },
 		{ "send_read", sub_send_read },
 		{ "bogus", sub_bogus },
 		{ "stuck", sub_stuck },
