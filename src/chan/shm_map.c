@@ -360,9 +360,11 @@ static int range_share(uintptr_t start, uintptr_t end, struct map_range *out)
 	}
 	/* Sealed against shrinking: a peer's mapping can never lose its
 	 * pages under it (SIGBUS); against growing, as the size is all a
-	 * peer checks. */
+	 * peer checks. Not yet against further seals: before it goes to a
+	 * peer that has no ptrace access to us, it is sealed against writes
+	 * through new mappings (shm_side_send), and then against seals. */
 	if (ftruncate(fd, (off_t)size) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) ||
 	    fstat(fd, &st)) {
 		why = "sizing and sealing the memfd";
 		err = -errno;

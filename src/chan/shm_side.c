@@ -118,6 +118,25 @@ void shm_side_close(struct shm_side *s)
 	s->ngot = 0;
 }
 
+/* What goes on the side channel goes to a peer that has no ptrace access
+ * to us (else it would have taken it with pidfd_getfd): the descriptor
+ * it gets is the memfd's own, read-write, and any descriptor can open it
+ * again for writing. So the memfd is sealed first against writes through
+ * any new mapping or descriptor (F_SEAL_FUTURE_WRITE: our own mapping,
+ * made before, stays writable), and then against seals: the peer can
+ * map it only to read, write(2) and hole punching fail, and what it
+ * places in our memory is still only what our own checks allow
+ * (DESIGN.md decision 23: pull, not push). A memfd that cannot be sealed
+ * (a kernel before 5.1) is not sent: its records go inline. */
+static bool seal_for_peer(int fd)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals >= 0 && (seals & F_SEAL_FUTURE_WRITE) && (seals & F_SEAL_SEAL))
+		return true;
+	return fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) == 0;
+}
+
 bool shm_side_send(struct shm_side *s, int fd, uint64_t ino)
 {
 	struct side_msg m = { .magic = SIDE_MAGIC, .version = SIDE_VERSION,
@@ -129,7 +148,7 @@ bool shm_side_send(struct shm_side *s, int fd, uint64_t ino)
 	for (int i = 0; i < s->nsent; i++)
 		if (s->sent[i].pfd == (uint32_t)fd && s->sent[i].ino == ino)
 			return true;
-	if (s->nsent == SHM_SIDE_MAX ||
+	if (s->nsent == SHM_SIDE_MAX || !seal_for_peer(fd) ||
 	    shm_fds_send(sfd, &m, sizeof(m), &fd, 1, MSG_DONTWAIT) != (ssize_t)sizeof(m))
 		return false;
 	s->sent[s->nsent].pfd = (uint32_t)fd;

@@ -38,7 +38,11 @@
  * - mapped_userns: `mapped` with each side in a user namespace of its
  *   own: the memfds of A's regions go to B on the descriptor server's
  *   connection (the link's side channel), and B still copies from its
- *   mapping (shm_mapped), nothing pulled.
+ *   mapping (shm_mapped), nothing pulled. B, which has no ptrace access
+ *   to A, can only read that memfd: a writable mapping of the descriptor
+ *   it holds, a write through it or through the memfd opened again for
+ *   writing, and punching a hole all fail (A sealed it), while A's own
+ *   region stays writable to A.
  * - shrink: neither side can shrink the rings' memfd (sealed), which
  *   would make the other SIGBUS.
  * - no_pidfd: pidfd_open and pidfd_getfd fail with ENOSYS on both sides
@@ -115,7 +119,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,6 +344,63 @@ static void unmapped_b(struct net_end *n)
 #define BIG_SEND	(1 * MIB)
 #define BIG_READ	(4 * MIB)
 static char stats_path[64];		/* B's stderr at exit: its stats line */
+static int mapped_userns;		/* the run's sides have user namespaces */
+
+/* The inode of the memfd that backs our registered region at p (its line
+ * in /proc/self/maps), 0 if none. */
+static uint64_t region_ino(const void *p)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long lo, hi, ino = 0, want = (unsigned long)(uintptr_t)p;
+	char line[512];
+
+	CHECK(f, "open /proc/self/maps");
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "/memfd:softrnic-mr") &&
+		    sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &ino) == 3 && lo <= want &&
+		    want < hi)
+			break;
+		else
+			ino = 0;
+	fclose(f);
+	return ino;
+}
+
+/* B, across user namespaces: among its descriptors is A's region memfd
+ * (inode ino), which the library took from the side channel. B may map
+ * it to read, and nothing more. */
+static void peer_memfd_read_only(uint64_t ino)
+{
+	char path[64];
+	int fd = -1, w;
+	void *p;
+
+	for (int i = 3; i < 1024 && fd < 0; i++) {
+		struct stat st;
+
+		if (!fstat(i, &st) && S_ISREG(st.st_mode) && (uint64_t)st.st_ino == ino)
+			fd = i;
+	}
+	CHECK(fd >= 0, "A's region memfd (inode %llu) not among B's descriptors",
+	      (unsigned long long)ino);
+	p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	CHECK(p != MAP_FAILED, "B cannot map A's memfd to read: %s", strerror(errno));
+	munmap(p, 4096);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(p == MAP_FAILED, "B mapped A's memfd writable");
+	CHECK(pwrite(fd, "x", 1, 0) < 0, "B wrote into A's memfd");
+	CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) < 0,
+	      "B punched a hole in A's memfd");
+	CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) < 0, "B added a seal to A's memfd");
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	w = open(path, O_RDWR | O_CLOEXEC);
+	if (w >= 0) {
+		CHECK(pwrite(w, "x", 1, 0) < 0, "B wrote into A's memfd opened again");
+		p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, w, 0);
+		CHECK(p == MAP_FAILED, "B mapped A's memfd, opened again, writable");
+		close(w);
+	}
+}
 
 static void mapped_a(struct net_end *n)
 {
@@ -359,11 +422,17 @@ static void mapped_a(struct net_end *n)
 	fill_pattern(n->b.p + 5 * MIB, BIG_READ, 93);
 	net_put(n, T_DONE + 2);
 	net_expect(n, T_DONE + 3, "B's READ checked");
+	net_put(n, region_ino(n->b.p));
+	net_expect(n, T_DONE + 4, "B tried A's memfd");
+	/* (ours stays writable to us, sealed or not) */
+	fill_pattern(n->b.p, 4096, 94);
+	check_pattern(n->b.p, 4096, 94, "A's region after B's tries");
 }
 
 static void mapped_b(struct net_end *n)
 {
 	struct ibv_wc wc;
+	uint64_t ino;
 	int fd;
 
 	ping_at(n, 1, BIG_WRITE);
@@ -386,6 +455,13 @@ static void mapped_b(struct net_end *n)
 	expect_wc(n->scq, &wc, 43, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "READ 4 MiB");
 	check_pattern(n->b.p + 2 * MIB, BIG_READ, 93, "READ 4 MiB");
 	net_put(n, T_DONE + 3);
+	ino = net_get(n);
+	CHECK(ino, "A found no memfd behind its region");
+	/* (with ptrace access, B took it with pidfd_getfd and closed it once
+	 * mapped: it could write A's memory anyway) */
+	if (mapped_userns)
+		peer_memfd_read_only(ino);
+	net_put(n, T_DONE + 4);
 	/* The stats line is printed at exit (after the teardown): to the
 	 * file A reads once B is gone. */
 	setenv("SOFTRNIC_STATS", "1", 1);
@@ -512,6 +588,7 @@ static void mapped_run(int own_userns)
 	int fd;
 
 	o.own_userns = own_userns;
+	mapped_userns = own_userns;
 	o.buf_len = BIG_WRITE + 64 * KIB;
 	snprintf(stats_path, sizeof(stats_path), "/tmp/softrnic-shm-stats.XXXXXX");
 	fd = mkstemp(stats_path);

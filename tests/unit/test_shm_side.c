@@ -1,8 +1,10 @@
 /* The same-host link's side channel (src/chan/shm_side.c) over a
  * socketpair: memfds passed and taken by the sender's number and inode,
- * once each; what a hostile peer writes there (wrong sizes, magic,
- * descriptor counts, a flood) is dropped with its descriptors closed,
- * and a take reads a bounded number of messages. */
+ * once each, sealed before they go so that the receiver can only read
+ * them (and a memfd that cannot be sealed does not go); what a hostile
+ * peer writes there (wrong sizes, magic, descriptor counts, a flood) is
+ * dropped with its descriptors closed, and a take reads a bounded number
+ * of messages. */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,11 +79,21 @@ static uint64_t ino_of(int fd)
 static void roundtrip(void **state)
 {
 	struct fixture *f = *state;
-	int a = memfd_create("side-a", MFD_CLOEXEC), b = memfd_create("side-b", MFD_CLOEXEC), got;
+	int a = memfd_create("side-a", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int b = memfd_create("side-b", MFD_CLOEXEC | MFD_ALLOW_SEALING), got;
 	uint64_t ia = ino_of(a), ib = ino_of(b);
+	void *p;
 
+	assert_int_equal(ftruncate(a, 4096), 0);
+	/* our own writable mapping, made before it goes */
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, a, 0);
+	assert_true(p != MAP_FAILED);
 	assert_int_equal(shm_side_take(&f->rx, (uint32_t)a, ia), -1);	/* nothing yet */
 	assert_true(shm_side_send(&f->tx, a, ia));
+	assert_int_equal(fcntl(a, F_GET_SEALS) & (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL),
+			 F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+	memset(p, 0x5a, 4096);		/* (still writable to us) */
+	munmap(p, 4096);
 	assert_true(shm_side_send(&f->tx, a, ia));	/* once: no second message */
 	assert_true(shm_side_send(&f->tx, b, ib));
 	assert_int_equal(f->tx.nsent, 2);
@@ -93,6 +105,13 @@ static void roundtrip(void **state)
 	assert_int_equal(f->rx.ngot, 2);
 	got = shm_side_take(&f->rx, (uint32_t)a, ia);
 	assert_int_equal(ino_of(got), ia);
+	/* the receiver's: to read only */
+	p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, got, 0);
+	assert_true(p != MAP_FAILED);
+	assert_int_equal(((unsigned char *)p)[4095], 0x5a);
+	munmap(p, 4096);
+	assert_true(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, got, 0) == MAP_FAILED);
+	assert_true(pwrite(got, "x", 1, 0) < 0);
 	close(got);
 	/* the right number with the wrong inode is not it */
 	assert_int_equal(shm_side_take(&f->rx, (uint32_t)a, ia + 1), -1);
@@ -218,18 +237,22 @@ static void bounded(void **state)
 }
 
 /* The sender never blocks: a full table or a full socket is "no" (the
- * caller sends the bytes inline instead). */
+ * caller sends the bytes inline instead); so is a memfd it cannot seal. */
 static void sender_limits(void **state)
 {
 	struct fixture *f = *state;
-	int m = memfd_create("side-s", MFD_CLOEXEC);
+	int m = memfd_create("side-s", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int u = memfd_create("side-u", MFD_CLOEXEC);	/* (F_SEAL_SEAL from birth) */
 	uint64_t ino = ino_of(m);
 	int ok = 0;
 
+	assert_false(shm_side_send(&f->tx, u, ino_of(u)));
+	assert_int_equal(f->tx.nsent, 0);
+	close(u);
 	for (int i = 0; i < SHM_SIDE_MAX + 5; i++)
 		ok += shm_side_send(&f->tx, m, ino + (uint64_t)i);
 	/* (some may not fit the socket's buffer; never more than the table) */
-	assert_true(ok <= SHM_SIDE_MAX);
+	assert_true(ok > 0 && ok <= SHM_SIDE_MAX);
 	assert_false(shm_side_send(&f->tx, m, ino + 1000));
 	close(m);
 	/* no connection: no */
