@@ -43,6 +43,12 @@
  *   it holds, a write through it or through the memfd opened again for
  *   writing, and punching a hole all fail (A sealed it), while A's own
  *   region stays writable to A.
+ * - intruder: `userns`, with a process of the same uid knocking at every
+ *   descriptor server there is (the abstract sockets softrnic-shm-*)
+ *   with a forged token from before the link is offered until it is up,
+ *   and once it is up also with bytes that are no request and with
+ *   nothing: it gets no descriptor, its connection is closed each time,
+ *   and the pair's traffic of `used` still goes through shared memory.
  * - shrink: neither side can shrink the rings' memfd (sealed), which
  *   would make the other SIGBUS.
  * - no_pidfd: pidfd_open and pidfd_getfd fail with ENOSYS on both sides
@@ -119,8 +125,11 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -509,6 +518,120 @@ static void sub_userns(void)
 
 	o.own_userns = 1;
 	net_fork_run(&o, used_a, used_b);
+}
+
+/* A descriptor server's request (src/chan/shm_priv.h, struct shm_fdreq,
+ * ring version 9): magic "SRMS", version, a link's token. */
+struct fdreq {
+	uint32_t magic, version;
+	uint8_t token[16];
+};
+
+/* Connect to the abstract socket name (without its '@'), send len bytes
+ * of p (none if 0), and read the answer: 1 if descriptors came, 0 if the
+ * server closed the connection without any, -1 if it kept it open 3 s. */
+static int knock(const char *name, const void *p, size_t len)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct timeval tv = { 3, 0 };
+	char reply[64];
+	struct iovec iov = { reply, sizeof(reply) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	size_t n = strlen(name);
+	int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), got = 0;
+	ssize_t r;
+
+	CHECK(c >= 0 && n < sizeof(a.sun_path) - 1, "socket");
+	memcpy(a.sun_path + 1, name, n);
+	CHECK(connect(c, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+							    1 + n)) == 0,
+	      "connect to @%s: %s", name, strerror(errno));
+	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (len)
+		CHECK(send(c, p, len, MSG_NOSIGNAL) == (ssize_t)len, "send to @%s", name);
+	memset(&u, 0, sizeof(u));
+	r = recvmsg(c, &mh, MSG_CMSG_CLOEXEC);
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); r >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			got = 1;
+			for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+				close(fd);
+			}
+		}
+	close(c);
+	return got ? 1 : r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? -1 : 0;
+}
+
+/* Every descriptor server in our network namespace, knocked at with a
+ * forged token (and, with all, with garbage and with nothing); how many
+ * there were. */
+static int knock_all(bool all)
+{
+	FILE *f = fopen("/proc/net/unix", "r");
+	struct fdreq q = { .magic = 0x53524d53U, .version = 9 };
+	char line[512], name[108];
+	int servers = 0;
+
+	CHECK(f, "open /proc/net/unix");
+	memset(q.token, 0xa5, sizeof(q.token));
+	while (fgets(line, sizeof(line), f)) {
+		char *at = strstr(line, "@softrnic-shm-");
+
+		if (!at || sscanf(at + 1, "%107s", name) != 1)
+			continue;
+		servers++;
+		CHECK(knock(name, &q, sizeof(q)) == 0, "@%s: a forged token was answered", name);
+		if (!all)
+			continue;
+		CHECK(knock(name, "hello", 5) == 0, "@%s: garbage was answered", name);
+		CHECK(knock(name, NULL, 0) == 0, "@%s: a silent asker was kept", name);
+	}
+	fclose(f);
+	return servers;
+}
+
+static void intruder_a(struct net_end *n)
+{
+	pid_t k = fork();
+	int st;
+
+	CHECK(k >= 0, "fork");
+	if (k == 0) {
+		/* (until killed: through the offer, whenever it comes) */
+		for (;;)
+			knock_all(false);
+	}
+	ping(n, 1);
+	ping(n, 2);
+	CHECK(kill(k, SIGKILL) == 0 && waitpid(k, &st, 0) == k, "the knocker");
+	CHECK(WIFSIGNALED(st), "the knocker ended by itself (status %#x)", st);
+	CHECK(knock_all(true) >= 1, "no descriptor server found");
+	net_sync(n, T_READY + 100);
+	traffic_a(n, true);
+}
+
+static void intruder_b(struct net_end *n)
+{
+	ping(n, 1);
+	ping(n, 2);
+	net_sync(n, T_READY + 100);
+	traffic_b(n, true);
+}
+
+static void sub_intruder(void)
+{
+	struct net_opts o = shm_opts();
+
+	o.own_userns = 1;
+	net_fork_run(&o, intruder_a, intruder_b);
 }
 
 /* The rings cannot be shrunk by either side: a shrunk memfd would make
@@ -1701,6 +1824,7 @@ int main(int argc, char **argv)
 		{ "used", sub_used },
 		{ "off", sub_off },
 		{ "userns", sub_userns },
+		{ "intruder", sub_intruder },
 		{ "no_pidfd", sub_no_pidfd },
 		{ "shrink", sub_shrink },
 		{ "corrupt", sub_corrupt },
