@@ -802,6 +802,39 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 	return 0;
 }
 
+/* The ping-pong's post: the one WQE just filled is all the SQ has to
+ * send, on an RC QP in RTS, and it is a SEND or WRITE the channel may take
+ * as a small request (sq_small). Sent as qp_sq_progress_locked would send
+ * it, without its general cases: 0; else -EAGAIN, nothing changed (the
+ * general way follows). Nothing else becomes done here, so there is
+ * nothing to retire. qp->lock held. */
+static int sq_send_one_small(struct sr_qp *qp)
+{
+	struct sr_swqe *w = sq_at(qp, qp->sq_next);
+
+	if (qp->state != IBV_QPS_RTS || qp_type(qp) != IBV_QPT_RC || !qp->chan ||
+	    qp->peer_gone || qp->sq_next + 1 != qp->sq_tail || (w->flags & IBV_SEND_FENCE))
+		return -EAGAIN;
+	switch (w->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_RDMA_WRITE:
+		break;
+	case IBV_WR_SEND_WITH_IMM:
+		if (qp->chan->no_send_imm || qp->chan->rfc_only)
+			return -EAGAIN;
+		break;
+	default:
+		return -EAGAIN;
+	}
+	w->msn_first = w->msn = qp->ssn;
+	if (sq_small(qp, w))
+		return -EAGAIN;
+	qp->ssn++;
+	qp->sq_next++;
+	w->state = SR_WQE_SENT;
+	return 0;
+}
+
 int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sr_chan *ch;
@@ -822,7 +855,7 @@ int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **
 	}
 	if (qp->state == IBV_QPS_ERR)
 		qp_to_error_locked(qp);
-	else
+	else if (ret || sq_send_one_small(qp))
 		qp_sq_progress_locked(qp);
 out:
 	/* qp_kick, without taking the QP lock again, and only if the
