@@ -437,6 +437,26 @@ static bool needs_ext(struct sr_chan *ch, uint32_t op)
 	return op == IBV_WR_ATOMIC_WRITE && !ch->acks;
 }
 
+/* Would the connected peer refuse a request of this opcode? */
+static bool peer_refuses(struct sr_chan *ch, uint32_t op)
+{
+	return (op == IBV_WR_SEND_WITH_IMM && ch->no_send_imm) ||
+	       (ch->rfc_only && beyond_rfc5040(op)) || needs_ext(ch, op);
+}
+
+/* Hand w, next to send, to the channel as a small request (sq_small):
+ * 0 once sent, with the SQ moved past it; else nothing changed. */
+static int sq_send_small(struct sr_qp *qp, struct sr_swqe *w)
+{
+	w->msn_first = w->msn = qp->ssn;
+	if (sq_small(qp, w))
+		return -EAGAIN;
+	qp->ssn++;
+	qp->sq_next++;
+	w->state = SR_WQE_SENT;
+	return 0;
+}
+
 /* READ (and atomic) requests sent and not yet answered. */
 static uint32_t reads_out(struct sr_qp *qp)
 {
@@ -494,9 +514,7 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			qp->sq_next++;
 			break;
 		}
-		if ((w->opcode == IBV_WR_SEND_WITH_IMM && qp->chan->no_send_imm) ||
-		    (qp->chan->rfc_only && beyond_rfc5040(w->opcode)) ||
-		    needs_ext(qp->chan, w->opcode)) {
+		if (peer_refuses(qp->chan, w->opcode)) {
 			/* The peer speaks RFC iWARP, which has no SEND with
 			 * immediate (or, Linux siw, no RFC 7306 either): fail
 			 * it here rather than send what the peer would
@@ -514,13 +532,8 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 		     w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
 		    reads_out(qp) >= qp->chan->max_reads)
 			break;
-		w->msn_first = w->msn = qp->ssn;
-		if (!sq_small(qp, w)) {
-			qp->ssn++;
-			qp->sq_next++;
-			w->state = SR_WQE_SENT;
+		if (!sq_send_small(qp, w))
 			continue;
-		}
 		m = build_msg(qp, w, &st);
 		if (!m) {
 			if (st == IBV_WC_SUCCESS)
@@ -813,26 +826,12 @@ static int sq_send_one_small(struct sr_qp *qp)
 	struct sr_swqe *w = sq_at(qp, qp->sq_next);
 
 	if (qp->state != IBV_QPS_RTS || qp_type(qp) != IBV_QPT_RC || !qp->chan ||
-	    qp->peer_gone || qp->sq_next + 1 != qp->sq_tail || (w->flags & IBV_SEND_FENCE))
+	    qp->peer_gone || qp->sq_next + 1 != qp->sq_tail || (w->flags & IBV_SEND_FENCE) ||
+	    (w->opcode != IBV_WR_SEND && w->opcode != IBV_WR_SEND_WITH_IMM &&
+	     w->opcode != IBV_WR_RDMA_WRITE) ||
+	    peer_refuses(qp->chan, w->opcode))
 		return -EAGAIN;
-	switch (w->opcode) {
-	case IBV_WR_SEND:
-	case IBV_WR_RDMA_WRITE:
-		break;
-	case IBV_WR_SEND_WITH_IMM:
-		if (qp->chan->no_send_imm || qp->chan->rfc_only)
-			return -EAGAIN;
-		break;
-	default:
-		return -EAGAIN;
-	}
-	w->msn_first = w->msn = qp->ssn;
-	if (sq_small(qp, w))
-		return -EAGAIN;
-	qp->ssn++;
-	qp->sq_next++;
-	w->state = SR_WQE_SENT;
-	return 0;
+	return sq_send_small(qp, w);
 }
 
 int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
