@@ -584,6 +584,8 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 		if (k < 0)
 			return head_broken(tc);
 		if (slept) {
+			l->tx_stuck_head = l->tx.seen_head;
+			l->tx_stuck = true;
 			errno = EAGAIN;
 			return -1;
 		}
@@ -593,6 +595,19 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 		atomic_thread_fence(memory_order_seq_cst);
 		slept = true;
 	}
+}
+
+bool shm_tx_stuck(struct tcp_chan *tc)
+{
+	struct shm_link *l = tc->shm;
+
+	if (!l->tx_stuck)
+		return false;
+	if (atomic_load_explicit(&l->tx.ctl->head, memory_order_relaxed) == l->tx_stuck_head &&
+	    !l->broken)
+		return true;
+	l->tx_stuck = false;
+	return false;
 }
 
 ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len)

@@ -120,6 +120,10 @@ void shm_faults_locked(struct tcp_chan *tc);
  * shm_faults_locked may find something)? No lock needed: read after an
  * answer came in, it sees every record that answer could be to. */
 bool shm_pulls_sent(const struct tcp_chan *tc);
+/* The last shm_send found the ring full, and the consumer has released
+ * nothing since: the next would write nothing (a look at one word).
+ * tc->lock held. */
+bool shm_tx_stuck(struct tcp_chan *tc);
 /* Read like recv/readv: bytes, 0 at the end (the socket ended and the
  * ring is empty), or -1 with errno (EAGAIN empty, ENOMSG a small message
  * comes next: shm_recv_small, EFAULT could not place into iov, EPROTO

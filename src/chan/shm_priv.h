@@ -151,6 +151,11 @@ struct shm_link {
 	/* ever wrote a remote record: set before the record is published,
 	 * so whoever reads an answer to it sees this set */
 	_Atomic bool pulls_sent;
+	/* shm_send found the ring full with the consumer's head here
+	 * (tx_stuck): until it moves, another try writes nothing either
+	 * (tc->lock) */
+	uint64_t tx_stuck_head;
+	bool tx_stuck;
 	/* why the rings are unusable (set by either side's lock holder,
 	 * read by the other) */
 	const char *_Atomic broken;

@@ -591,6 +591,11 @@ void tcp_flush_locked(struct tcp_chan *tc)
 					      memory_order_relaxed);
 			return;
 		}
+		/* (a full ring that has not moved: the pieces' kinds and the
+		 * write would be done again for nothing, in every poll of a
+		 * program that waits for the peer to copy) */
+		if (tc->shm_tx && shm_tx_stuck(tc))
+			return;
 		for (uint32_t i = tc->slot_head; i != tc->slot_tail; i++) {
 			struct tx_fpdu *s = &tc->slot[i % TX_SLOTS];
 
