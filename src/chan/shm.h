@@ -187,6 +187,17 @@ bool shm_kicked(struct tcp_chan *tc);
  * mapped record we wrote, asked us to copy part of it (struct shm_help)?
  * Then copy it. A look at one word otherwise. No lock. */
 void shm_help_serve(struct tcp_chan *tc);
+/* Consumer (rx_lock): may the parts the producer copies for the next
+ * reads be left under way (a WRITE's segments)? Off: each read's part is
+ * settled before the read returns. */
+void shm_help_async(struct tcp_chan *tc, bool on);
+/* Consumer (rx_lock): are parts of ours under way? */
+bool shm_help_pending(const struct tcp_chan *tc);
+/* Consumer (rx_lock): settle every part under way (wait for the
+ * producer's, copy the ones it did not take): before anything can see
+ * the bytes as placed. 0, -EFAULT (some could not be placed: our memory
+ * faulted), -EPROTO (the link is broken). */
+int shm_help_drain(struct tcp_chan *tc);
 /* Should the payload piece at p (len bytes, the application's memory)
  * of a message that settles only when answered be pulled by the peer? */
 bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len);

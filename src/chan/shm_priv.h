@@ -12,11 +12,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	9	/* 2: mapped records (kind 3); 3: the
+#define SHM_VERSION	10	/* 2: mapped records (kind 3); 3: the
 				 * descriptor server (fdsrv); 4: records
 				 * published by their header word
 				 * (shm_ring.h); 5: small records (kind
@@ -25,7 +26,9 @@
 				 * of up to 1 KiB of payload; 8: small
 				 * records end lines, whose first words
 				 * the consumer zeroes; 9: help boards
-				 * (struct shm_help). A peer of another
+				 * (struct shm_help); 10: a board is
+				 * SHM_HELP_SLOTS requests (struct
+				 * shm_help_board). A peer of another
 				 * version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
@@ -55,16 +58,20 @@
 #define SHM_HELP_UNTAKEN	16
 #define SHM_HELP_WAIT_NS	(1000ULL * 1000 * 1000)
 
-/* The board of one ring's help: written by the ring's consumer (the
- * request, then state POSTED), taken by its producer (state TAKEN by
- * compare-and-swap, then DONE or FAILED once it copied), or taken back
- * by the consumer (RECLAIMED, the same way) if the producer had not
- * taken it when the consumer finished its own part. state is seq << 8
- * | phase; seq counts the consumer's requests. Neither side trusts what
- * the other wrote: the producer checks the request, the consumer copies
- * the part itself on anything but its own request's DONE. */
+/* The board of one ring's help: SHM_HELP_SLOTS requests, request seq
+ * (counted by the ring's consumer from 1) in slot seq % SHM_HELP_SLOTS.
+ * The consumer writes a request, then its state POSTED, then posted =
+ * seq; its producer, when posted moved, takes each request it has not
+ * looked at (state TAKEN by compare-and-swap, then DONE or FAILED once it
+ * copied); the consumer takes one back (RECLAIMED, the same way) that
+ * the producer had not taken by the time it needs the part, or the
+ * slot. state is seq << 8 | phase. Neither side trusts what the other
+ * wrote: the producer checks each request and looks at most at a
+ * board's worth a time, the consumer copies a part itself on anything
+ * but its own request's DONE. */
 enum { SHM_HELP_IDLE, SHM_HELP_POSTED, SHM_HELP_TAKEN, SHM_HELP_DONE, SHM_HELP_FAILED,
        SHM_HELP_RECLAIMED };
+#define SHM_HELP_SLOTS	16
 struct shm_help {
 	_Atomic uint64_t state;
 	_Atomic uint64_t src;		/* the part, in the producer's memory */
@@ -73,7 +80,21 @@ struct shm_help {
 	_Atomic uint32_t fd;		/* ... by its number there */
 	uint8_t pad[20];
 };
-_Static_assert(sizeof(struct shm_help) == 64, "a help board is one line");
+_Static_assert(sizeof(struct shm_help) == 64, "a help request is one line");
+struct shm_help_board {
+	_Atomic uint64_t posted;	/* the consumer's last request's seq */
+	uint8_t pad[56];
+	struct shm_help slot[SHM_HELP_SLOTS];
+};
+
+/* The consumer's own record of an outstanding part: where it goes, and
+ * where its bytes are (the producer's memfd, else its address). */
+struct shm_help_part {
+	uint8_t *dst;
+	size_t len;
+	uint64_t raddr;
+	struct shm_ring_loc loc;
+};
 
 /* The first page of the memfd. ctl[0] is the offerer-to-accepter ring,
  * ctl[1] the other; ring i's data is at SHM_HDR_SIZE + i * ring_size.
@@ -84,9 +105,11 @@ struct shm_hdr {
 	uint8_t token[16];
 	uint8_t pad[32];
 	struct shm_ring_ctl ctl[2];
-	struct shm_help help[2];
+	struct shm_help_board help[2];
 };
 _Static_assert(sizeof(struct shm_hdr) <= SHM_HDR_SIZE, "shm header fits its page");
+_Static_assert(offsetof(struct shm_hdr, help) == 448 && sizeof(struct shm_help_board) == 1088,
+	       "help boards where DESIGN.md's layout says");
 
 /* OFFER, ACCEPT and SWITCH bodies (host byte order: one host). */
 struct shm_offer {
@@ -164,16 +187,21 @@ struct shm_link {
 	uint64_t map_clock;
 	int map_last;			/* the slot hit last */
 	/* Help (SHM_HELP_MIN): the board we post on as our rx ring's
-	 * consumer, and our last request's seq (rx_lock); the board of our
-	 * tx ring, which we serve; the peer's memfds we write into when we
-	 * help, mapped read-write (help_lock, taken with trylock). help_ok:
-	 * the peer can map our memfds by pidfd_getfd (it pulls from us), and
-	 * help is on (SOFTRNIC_SHM_HELP). */
-	struct shm_help *help_post, *help_serve;
-	uint64_t help_seq;
+	 * consumer, our last request's seq and the last one settled, our
+	 * record of those between (help_out, by slot), and whether the
+	 * current read may leave its part outstanding (help_async; a
+	 * part of ours failed since the last drain: help_fault) (all
+	 * rx_lock); the board of our tx ring, which we serve, and the last
+	 * request there we looked at; the peer's memfds we write into when
+	 * we help, mapped read-write (help_lock, taken with trylock).
+	 * help_ok: the peer can map our memfds by pidfd_getfd (it pulls
+	 * from us), and help is on (SOFTRNIC_SHM_HELP). */
+	struct shm_help_board *help_post, *help_serve;
+	uint64_t help_seq, help_settled, help_served;
+	struct shm_help_part help_out[SHM_HELP_SLOTS];
 	unsigned int help_part;		/* the producer's share, in 64ths */
 	unsigned int help_idle;		/* requests taken back in a row */
-	bool help_ok;
+	bool help_ok, help_async, help_fault;
 	pthread_mutex_t help_lock;
 	struct peer_map wmaps[SHM_MAPS];
 	uint64_t wmap_clock;

@@ -563,7 +563,9 @@ static ssize_t copy_mapped(struct shm_ring *r, const struct iovec *dst, int k, s
 	if (!src)
 		return 0;
 	if (io->help && app && k == 1 && dst[0].iov_len >= take) {
-		ssize_t h = io->help(io->arg, dst[0].iov_base, src, take, r->rec_addr + r->rec_off);
+		struct shm_ring_loc loc = { r->rec_fd, r->rec_ino, r->rec_moff + r->rec_off };
+		ssize_t h = io->help(io->arg, dst[0].iov_base, src, take, r->rec_addr + r->rec_off,
+				     &loc);
 
 		if (h)
 			return h;

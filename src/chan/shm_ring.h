@@ -131,10 +131,13 @@ struct shm_ring_io {
 	const void *(*map)(void *arg, uint32_t fd, uint64_t ino, uint64_t off, size_t len);
 	/* Consumer (may be NULL): copy len bytes of a mapped record from
 	 * src (map's pointer; the producer has them at raddr) into dst
-	 * (application memory), with the producer's help if it can: len,
-	 * 0 if it did not (the caller copies), -EFAULT (dst faulted),
-	 * -EPROTO (the producer broke the help protocol). */
-	ssize_t (*help)(void *arg, void *dst, const void *src, size_t len, uint64_t raddr);
+	 * (application memory), with the producer's help if it can (loc:
+	 * where src is in the producer's memfd): len (the producer's part
+	 * may still be under way: the callee settles it), 0 if it did not
+	 * (the caller copies), -EFAULT (dst faulted), -EPROTO (the
+	 * producer broke the help protocol). */
+	ssize_t (*help)(void *arg, void *dst, const void *src, size_t len, uint64_t raddr,
+			const struct shm_ring_loc *loc);
 	/* Producer: the consumer cannot pull. A SHM_PULL piece that locate
 	 * does not place in a memfd then goes inline (read with get). */
 	bool no_pull;

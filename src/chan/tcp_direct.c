@@ -42,6 +42,11 @@ static void direct_finish(struct tcp_chan *tc, struct rx_out *out)
 		mr_release(&d->refs[i]);
 	d->nrefs = 0;
 	d->active = false;
+	/* (a WRITE's last segment: its earlier segments' parts that the
+	 * peer copies for us are in before the core sees it done) */
+	if (!d->send_seg && d->msg->op == SR_MSG_WRITE && !(d->msg->flags & SR_MSGF_MORE) &&
+	    tc->shm_rx && shm_help_drain(tc))
+		d->failed = true;
 	if (d->send_seg) {
 		tc->sd.failed |= d->failed;
 		if (d->send_last)
@@ -248,7 +253,15 @@ int direct_step(struct tcp_chan *tc, struct rx_out *out)
 			for (int i = 0; i < d->niov; i++)
 				if (d->iov[i].iov_len)
 					iov[k++] = d->iov[i];
+			/* (a WRITE's segment with more to come may leave the
+			 * peer's part of its copy under way) */
+			if (tc->shm_rx)
+				shm_help_async(tc, !d->send_seg && d->msg &&
+						   d->msg->op == SR_MSG_WRITE &&
+						   (d->msg->flags & SR_MSGF_MORE));
 			n = io_readv(tc, iov, k);
+			if (tc->shm_rx)
+				shm_help_async(tc, false);
 			if (n < 0 && errno == EFAULT) {
 				/* the target went away under us: drain, fail */
 				d->failed = true;

@@ -108,6 +108,10 @@ int tcp_rx_fast(struct tcp_chan *tc)
 		if (tc->nfaults)
 			tcp_tx_faults(tc);
 	}
+	/* (parts of a WRITE's copy under way: a broken peer's message
+	 * before the WRITE's last segment; they go in first) */
+	if (m && shm_help_pending(tc))
+		(void)shm_help_drain(tc);
 	qp_rx_lent(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &h.ack_msn : NULL);
 	shm_recv_small_done(tc);
 	chan_stat_inc(&chan_stats.rx_quick);

@@ -665,6 +665,24 @@ static bool kicked_defer(struct tcp_chan *tc, bool owed_before)
 	return defer;
 }
 
+/* Parts of a WRITE's segments that the peer copies for us (shm help) are
+ * still under way, and this round delivers something other than such a
+ * segment (a peer that sends anything before a WRITE's last segment):
+ * they are settled first, and a part that could not be placed fails the
+ * WRITE (the segments here, or the next one). rx_lock held. */
+static void help_settle_out(struct tcp_chan *tc, struct rx_out *out)
+{
+	bool only_more = true;	/* (an ACK answers our requests: no order with these) */
+
+	for (int i = 0; i < out->n && only_more; i++)
+		only_more = out->m[i]->op == SR_MSG_WRITE && (out->m[i]->flags & SR_MSGF_MORE);
+	if (only_more || !shm_help_drain(tc))
+		return;
+	for (int i = 0; i < out->n; i++)
+		if (out->m[i]->op == SR_MSG_WRITE)
+			out->m[i]->flags |= SR_MSGF_PLACE_ERR;
+}
+
 /* How many more rounds a poller's pass runs, after one that delivered,
  * while more input is here already (rx_more_now); while a WRITE is under
  * way, up to POLL_MORE_WRITE (an FPDU or more a round: 64 MiB or more). */
@@ -825,6 +843,8 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				 op == SR_MSG_ATOMIC_REQ || op == SR_MSG_ATOMIC_WRITE;
 			wmore = op == SR_MSG_WRITE && (out.m[i]->flags & SR_MSGF_MORE);
 		}
+		if (got && tc->shm_rx && shm_help_pending(tc))
+			help_settle_out(tc, &out);
 		if (got)
 			qp_rx_many(qp, out.m, out.n, out.ack ? &out.ack_msn : NULL);
 		if (got && !poller && !out.n && !tc->shm_rx && qp_awaits_nothing(qp)) {

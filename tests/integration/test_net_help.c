@@ -24,6 +24,10 @@
  *   crash. A well-formed request (4 KiB of A's buffer into B's) is DONE
  *   with exactly those bytes, nothing next to them; then the link still
  *   carries a 4 MiB WRITE byte for byte.
+ * - declined: B declines (FAILED) every request of A's it takes first
+ *   while its 16 MiB WRITE, then a SEND, go into A: when the SEND
+ *   completes A finds the WRITE whole (A copied those parts itself,
+ *   also the ones it had left under way).
  * - stuck: B takes every request A posts (state TAKEN, as a helper does)
  *   and never finishes one, while its WRITE into A is under way: within
  *   SHM_HELP_WAIT_NS (1 s) A gives up on the link, its QP goes to ERROR
@@ -49,15 +53,24 @@ enum { T_GO = 0x100, T_DONE = 0x200 };
 #define ROUNDS	3
 
 /* struct shm_hdr (src/chan/shm_priv.h): the two help boards (struct
- * shm_help, one line each) follow two struct shm_ring_ctl of 192 bytes
- * from byte 64; in a board: state, src, len, ino, off (u64), fd (u32). */
-#define HELP_AT(i)	(64 + 2 * 192 + (size_t)(i) * 64)
+ * shm_help_board: a line whose first word is the consumer's last posted
+ * seq, then SLOTS requests of one line each, request seq in slot seq %
+ * SLOTS) follow two struct shm_ring_ctl of 192 bytes from byte 64; in a
+ * request: state, src, len, ino, off (u64), fd (u32). */
+#define SLOTS		16
+#define BOARD_AT(i)	(64 + 2 * 192 + (size_t)(i) * (64 + SLOTS * 64))
+#define HELP_AT(i, seq)	(BOARD_AT(i) + 64 + (size_t)((seq) % SLOTS) * 64)
 enum { H_STATE = 0, H_SRC = 8, H_LEN = 16, H_INO = 24, H_OFF = 32, H_FD = 40 };
 enum { HELP_IDLE, HELP_POSTED, HELP_TAKEN, HELP_DONE, HELP_FAILED };
 
-static _Atomic uint64_t *board_u64(uint8_t *base, int i, size_t off)
+static _Atomic uint64_t *board_u64(uint8_t *base, int i, uint64_t seq, size_t off)
 {
-	return (_Atomic uint64_t *)(void *)(base + HELP_AT(i) + off);
+	return (_Atomic uint64_t *)(void *)(base + HELP_AT(i, seq) + off);
+}
+
+static _Atomic uint64_t *board_posted(uint8_t *base, int i)
+{
+	return (_Atomic uint64_t *)(void *)(base + BOARD_AT(i));
 }
 
 /* One SEND each way: the link has switched to shm by the time both
@@ -343,16 +356,17 @@ static void bogus_post(uint8_t *base, uint64_t seq, uint64_t src, uint64_t len, 
 	bool failed = false;
 
 	for (int i = 0; i < 2; i++) {
-		atomic_store(board_u64(base, i, H_SRC), src);
-		atomic_store(board_u64(base, i, H_LEN), len);
-		atomic_store(board_u64(base, i, H_INO), ino);
-		atomic_store(board_u64(base, i, H_OFF), off);
-		atomic_store((_Atomic uint32_t *)(void *)(base + HELP_AT(i) + H_FD), fd);
-		atomic_store(board_u64(base, i, H_STATE), seq << 8 | HELP_POSTED);
+		atomic_store(board_u64(base, i, seq, H_SRC), src);
+		atomic_store(board_u64(base, i, seq, H_LEN), len);
+		atomic_store(board_u64(base, i, seq, H_INO), ino);
+		atomic_store(board_u64(base, i, seq, H_OFF), off);
+		atomic_store((_Atomic uint32_t *)(void *)(base + HELP_AT(i, seq) + H_FD), fd);
+		atomic_store(board_u64(base, i, seq, H_STATE), seq << 8 | HELP_POSTED);
+		atomic_store(board_posted(base, i), seq);
 	}
 	while (!failed && now_ms() < end) {
 		for (int i = 0; i < 2; i++) {
-			uint64_t s = atomic_load(board_u64(base, i, H_STATE));
+			uint64_t s = atomic_load(board_u64(base, i, seq, H_STATE));
 
 			CHECK(s == (seq << 8 | HELP_POSTED) || s == (seq << 8 | HELP_TAKEN) ||
 			      s == (seq << 8 | (uint64_t)want),
@@ -364,7 +378,7 @@ static void bogus_post(uint8_t *base, uint64_t seq, uint64_t src, uint64_t len, 
 	CHECK(failed, "%s: A did not answer %s within %d ms", what,
 	      want == HELP_DONE ? "DONE" : "FAILED", DEADLINE_MS);
 	for (int i = 0; i < 2; i++)
-		atomic_store(board_u64(base, i, H_STATE), seq << 8 | HELP_IDLE);
+		atomic_store(board_u64(base, i, seq, H_STATE), seq << 8 | HELP_IDLE);
 }
 
 static void bogus_b(struct net_end *n)
@@ -449,8 +463,9 @@ static void stuck_b(struct net_end *n)
 			next = now_ms() + 50;
 		}
 		for (int k = 0; k < 1000; k++) {
-			for (int j = 0; j < 2; j++) {
-				_Atomic uint64_t *st = board_u64(base, j, H_STATE);
+			for (int j = 0; j < 2 * SLOTS; j++) {
+				_Atomic uint64_t *st = board_u64(base, j / SLOTS, (uint64_t)j,
+								 H_STATE);
 				uint64_t s = atomic_load(st);
 
 				if ((s & 0xff) == HELP_POSTED &&
@@ -474,6 +489,72 @@ static void sub_stuck(void)
 	net_fork_run(&o, stuck_a, stuck_b);
 }
 
+/* ---- declined ------------------------------------------------------------- */
+
+/* B's 16 MiB WRITE, then a SEND, into A, whose program polls for the
+ * SEND: A must find the WRITE whole when the SEND completes, though B
+ * declines (FAILED, nothing copied) every request of A's it can take
+ * first: A copies those parts itself, from B's memfd, before anything
+ * sees the WRITE done, also the parts it left under way while it went on
+ * to the WRITE's next segments. */
+static void declined_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	ping(n, 1);
+	memset(n->b.p, 0, 4 * PART);
+	post_recv1(n->qp, 70, n->b.p + 4 * PART, 64, n->b.mr->lkey);
+	net_put(n, T_GO + 70);
+	expect_wc(n->rcq, &wc, 70, IBV_WC_SUCCESS, IBV_WC_RECV, "SEND after the WRITE");
+	check_pattern(n->b.p, 4 * PART, 700, "WRITE whose parts B declined");
+	net_put(n, T_DONE);
+}
+
+static void declined_b(struct net_end *n)
+{
+	struct pollfd p = { .fd = n->fd, .events = POLLIN };
+	uint64_t end = now_ms() + 3 * DEADLINE_MS;
+	uint8_t *base = NULL;
+	unsigned int failed = 0;
+	
+	ping(n, 1);
+	CHECK(shm_mapping(&base) >= 4 * KIB, "B: no shared rings");
+	net_expect(n, T_GO + 70, "A's receive posted");
+	fill_pattern(n->b.p, 4 * PART, 700);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 71, n->b.p, 4 * PART, n->b.mr->lkey, 0,
+			 n->peer.addr, n->peer.rkey, 0) == 0, "post WRITE");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 72, n->b.p + 4 * PART, 64, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	/* no verb meanwhile: a poll of ours would serve A's requests */
+	while (poll(&p, 1, 0) == 0) {
+		for (int k = 0; k < 1000; k++) {
+			for (int j = 0; j < 2 * SLOTS; j++) {
+				_Atomic uint64_t *st = board_u64(base, j / SLOTS, (uint64_t)j,
+								 H_STATE);
+				uint64_t s = atomic_load(st);
+
+				if ((s & 0xff) == HELP_POSTED &&
+				    atomic_compare_exchange_strong(st, &s,
+								   (s & ~0xffULL) | HELP_FAILED))
+					failed++;
+			}
+		}
+		CHECK(now_ms() < end, "A did not take the WRITE within %d ms (%u declined)",
+		      3 * DEADLINE_MS, failed);
+	}
+	net_expect(n, T_DONE, "A checked");
+	spin_wc(n->scq, 72, IBV_WC_SEND, "SEND after the WRITE");
+	CHECK(failed >= 1, "B declined none of A's requests");
+	NOTE("B declined %u of A's requests", failed);
+}
+
+static void sub_declined(void)
+{
+	struct net_opts o = help_opts();
+
+	net_fork_run(&o, declined_a, declined_b);
+}
+
 int main(int argc, char **argv)
 {
 	struct subtest tests[] = {
@@ -482,6 +563,7 @@ int main(int argc, char **argv)
 		{ "send_read", sub_send_read },
 		{ "bogus", sub_bogus },
 		{ "stuck", sub_stuck },
+		{ "declined", sub_declined },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
