@@ -1311,6 +1311,11 @@ static void sub_read_spin_tcp(void)
 #define WTCP_PAUSED	100		/* the last rounds, A pausing first */
 #define WTCP_PAUSE_US	100
 #define WTCP_SLOT	(256 * KIB)	/* where the peer's WRITEs land */
+#if defined(__SANITIZE_ADDRESS__)
+#define WTCP_LATE_MAX	40
+#else
+#define WTCP_LATE_MAX	20
+#endif
 
 /* Post a WRITE of round r into the peer's slot, then poll the send CQ
  * until it completes (as ib_write_lat does). */
@@ -1372,8 +1377,11 @@ static void sub_watcher_tcp(void)
 	o.buf_len = 512 * KIB;
 	setenv("SOFTRNIC_SHM", "0", 1);
 	/* Left to the poller, about one message in 90 waited: 60-70 here;
-	 * now 0-1 alone, up to 11 beside a process spinning on one CPU. */
-	pair_count(&o, wtcp_a, wtcp_b, "tcp_poll_late", 0, 20,
+	 * now 0-1 alone, up to 11 beside a process spinning on one CPU.
+	 * Under ASan (slower, and on an AMD EPYC guest whose vCPUs drift
+	 * apart) 4-15 alone, 24 and 35 run after the other tests; the
+	 * loss it guards against is 60-70 without ASan, more with. */
+	pair_count(&o, wtcp_a, wtcp_b, "tcp_poll_late", 0, WTCP_LATE_MAX,
 		   "WRITEs left unread until the poll check, in " STR(WTCP_ROUNDS) " rounds");
 	unsetenv("SOFTRNIC_SHM");
 }
