@@ -358,8 +358,8 @@ void shm_help_async(struct tcp_chan *tc, bool on)
  * before anything can see the WRITE done): the producer sees a request
  * 0.5-1 us after it is posted (the line crossing, its own program's
  * calls between its looks), which a wait per 64 KiB record paid every
- * time. Anything else settles at once. Returns len (or the bytes ours
- * placed), 0 to let the caller copy, -EFAULT, -EPROTO. */
+ * time. Anything else settles at once. Returns len, 0 to let the caller
+ * copy, -EFAULT, -EPROTO. */
 static ssize_t io_help(void *arg, void *dst, const void *src, size_t len, uint64_t raddr,
 		       const struct shm_ring_loc *loc)
 {
@@ -412,13 +412,14 @@ static ssize_t io_help(void *arg, void *dst, const void *src, size_t len, uint64
 	atomic_store_explicit(&l->help_post->posted, seq, memory_order_release);
 	faulted = io_put(dst, src, mine) != 0;
 	if (!l->help_async || faulted) {
+		/* (a part that could not be placed, this one's or an earlier
+		 * segment's, fails the message: -EFAULT, never a short copy
+		 * that a read of the rest would make whole) */
 		e = shm_help_drain_link(l);
 		if (e == -EPROTO)
 			return e;
-		if (faulted)
+		if (faulted || e)
 			return -EFAULT;
-		if (e)
-			return (ssize_t)mine;
 	}
 	return (ssize_t)len;
 }

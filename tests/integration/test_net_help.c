@@ -28,6 +28,10 @@
  *   while its 16 MiB WRITE, then a SEND, go into A: when the SEND
  *   completes A finds the WRITE whole (A copied those parts itself,
  *   also the ones it had left under way).
+ * - declined_fault: the same with a page of A's target inaccessible,
+ *   in a part A copies itself only when its slot comes round: the WRITE
+ *   fails (A's QP to ERROR, B's SEND not successful), though A's later
+ *   copies succeed.
  * - stuck: B takes every request A posts (state TAKEN, as a helper does)
  *   and never finishes one, while its WRITE into A is under way: within
  *   SHM_HELP_WAIT_NS (1 s) A gives up on the link, its QP goes to ERROR
@@ -43,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -555,6 +560,79 @@ static void sub_declined(void)
 	net_fork_run(&o, declined_a, declined_b);
 }
 
+/* ---- declined_fault ---------------------------------------------------------- */
+
+/* As declined, but a page of A's target is inaccessible: one in the part
+ * A posts of the WRITE's tenth segment (segments of 65520 bytes, the
+ * largest an FPDU carries; the sender's share is 32/64 for the first 16
+ * requests: bytes 622496-655199), so A copies it itself only when its
+ * slot comes round, sixteen segments later. It faults there, and the WRITE
+ * must fail (A's QP to ERROR, its receive not completed successfully),
+ * though all of A's later copies succeed. */
+#define FAULT_PAGE	(155 * 4 * KIB)
+
+static void declined_fault_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	ping(n, 1);
+	memset(n->b.p, 0, 4 * PART);
+	CHECK(mprotect(n->b.p + FAULT_PAGE, 4 * KIB, PROT_NONE) == 0, "mprotect");
+	post_recv1(n->qp, 80, n->b.p + 4 * PART, 64, n->b.mr->lkey);
+	net_put(n, T_GO + 80);
+	CHECK(poll_one(n->rcq, &wc, 3 * DEADLINE_MS), "no completion after the faulted WRITE");
+	CHECK(wc.wr_id == 80 && wc.status != IBV_WC_SUCCESS,
+	      "receive after a WRITE that could not be placed: wr_id %llu %s, want an error",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	wait_err(n->qp, DEADLINE_MS, "A after a WRITE that could not be placed");
+	CHECK(mprotect(n->b.p + FAULT_PAGE, 4 * KIB, PROT_READ | PROT_WRITE) == 0, "mprotect");
+	net_put(n, T_DONE);
+}
+
+static void declined_fault_b(struct net_end *n)
+{
+	struct pollfd p = { .fd = n->fd, .events = POLLIN };
+	uint64_t end = now_ms() + 3 * DEADLINE_MS;
+	uint8_t *base = NULL;
+	struct ibv_wc wc;
+
+	ping(n, 1);
+	CHECK(shm_mapping(&base) >= 4 * KIB, "B: no shared rings");
+	net_expect(n, T_GO + 80, "A's receive posted");
+	fill_pattern(n->b.p, 4 * PART, 800);
+	/* (256 whole segments: the last one, which settles at once, also
+	 * asks for help) */
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 81, n->b.p, 256 * 65520, n->b.mr->lkey, 0,
+			 n->peer.addr, n->peer.rkey, 0) == 0, "post WRITE");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 82, n->b.p + 4 * PART, 64, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	while (poll(&p, 1, 0) == 0) {
+		for (int k = 0; k < 1000; k++) {
+			for (int j = 0; j < 2 * SLOTS; j++) {
+				_Atomic uint64_t *st = board_u64(base, j / SLOTS, (uint64_t)j,
+								 H_STATE);
+				uint64_t s = atomic_load(st);
+
+				if ((s & 0xff) == HELP_POSTED)
+					atomic_compare_exchange_strong(st, &s,
+								       (s & ~0xffULL) | HELP_FAILED);
+			}
+		}
+		CHECK(now_ms() < end, "A did not end within %d ms", 3 * DEADLINE_MS);
+	}
+	net_expect(n, T_DONE, "A in ERROR");
+	CHECK(poll_one(n->scq, &wc, 3 * DEADLINE_MS), "no completion for the SEND");
+	CHECK(wc.status != IBV_WC_SUCCESS, "SEND after a WRITE A could not place: %s",
+	      ibv_wc_status_str(wc.status));
+}
+
+static void sub_declined_fault(void)
+{
+	struct net_opts o = help_opts();
+
+	net_fork_run(&o, declined_fault_a, declined_fault_b);
+}
+
 int main(int argc, char **argv)
 {
 	struct subtest tests[] = {
@@ -564,6 +642,7 @@ int main(int argc, char **argv)
 		{ "bogus", sub_bogus },
 		{ "stuck", sub_stuck },
 		{ "declined", sub_declined },
+		{ "declined_fault", sub_declined_fault },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
