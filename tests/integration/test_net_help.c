@@ -78,6 +78,25 @@ static _Atomic uint64_t *board_posted(uint8_t *base, int i)
 	return (_Atomic uint64_t *)(void *)(base + BOARD_AT(i));
 }
 
+/* 1000 looks at every request slot of both boards: each POSTED one is
+ * moved to phase to (as a helper takes one, or declines it). How many. */
+static unsigned int board_answer(uint8_t *base, uint64_t to)
+{
+	unsigned int n = 0;
+
+	for (int k = 0; k < 1000; k++) {
+		for (int j = 0; j < 2 * SLOTS; j++) {
+			_Atomic uint64_t *st = board_u64(base, j / SLOTS, (uint64_t)j, H_STATE);
+			uint64_t s = atomic_load(st);
+
+			if ((s & 0xff) == HELP_POSTED &&
+			    atomic_compare_exchange_strong(st, &s, (s & ~0xffULL) | to))
+				n++;
+		}
+	}
+	return n;
+}
+
 /* One SEND each way: the link has switched to shm by the time both
  * sides look (the switch follows the first messages). */
 static void ping(struct net_end *n, uint64_t id)
@@ -467,18 +486,7 @@ static void stuck_b(struct net_end *n)
 			posted++;
 			next = now_ms() + 50;
 		}
-		for (int k = 0; k < 1000; k++) {
-			for (int j = 0; j < 2 * SLOTS; j++) {
-				_Atomic uint64_t *st = board_u64(base, j / SLOTS, (uint64_t)j,
-								 H_STATE);
-				uint64_t s = atomic_load(st);
-
-				if ((s & 0xff) == HELP_POSTED &&
-				    atomic_compare_exchange_strong(st, &s,
-								   (s & ~0xffULL) | HELP_TAKEN))
-					taken++;
-			}
-		}
+		taken += board_answer(base, HELP_TAKEN);
 		CHECK(now_ms() < end, "A did not give up within %d ms (%u WRITEs, %u taken)",
 		      3 * DEADLINE_MS, posted, taken);
 	}
@@ -532,18 +540,7 @@ static void declined_b(struct net_end *n)
 			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
 	/* no verb meanwhile: a poll of ours would serve A's requests */
 	while (poll(&p, 1, 0) == 0) {
-		for (int k = 0; k < 1000; k++) {
-			for (int j = 0; j < 2 * SLOTS; j++) {
-				_Atomic uint64_t *st = board_u64(base, j / SLOTS, (uint64_t)j,
-								 H_STATE);
-				uint64_t s = atomic_load(st);
-
-				if ((s & 0xff) == HELP_POSTED &&
-				    atomic_compare_exchange_strong(st, &s,
-								   (s & ~0xffULL) | HELP_FAILED))
-					failed++;
-			}
-		}
+		failed += board_answer(base, HELP_FAILED);
 		CHECK(now_ms() < end, "A did not take the WRITE within %d ms (%u declined)",
 		      3 * DEADLINE_MS, failed);
 	}
@@ -607,17 +604,7 @@ static void declined_fault_b(struct net_end *n)
 	CHECK(post_send1(n->qp, IBV_WR_SEND, 82, n->b.p + 4 * PART, 64, n->b.mr->lkey,
 			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
 	while (poll(&p, 1, 0) == 0) {
-		for (int k = 0; k < 1000; k++) {
-			for (int j = 0; j < 2 * SLOTS; j++) {
-				_Atomic uint64_t *st = board_u64(base, j / SLOTS, (uint64_t)j,
-								 H_STATE);
-				uint64_t s = atomic_load(st);
-
-				if ((s & 0xff) == HELP_POSTED)
-					atomic_compare_exchange_strong(st, &s,
-								       (s & ~0xffULL) | HELP_FAILED);
-			}
-		}
+		board_answer(base, HELP_FAILED);
 		CHECK(now_ms() < end, "A did not end within %d ms", 3 * DEADLINE_MS);
 	}
 	net_expect(n, T_DONE, "A in ERROR");
