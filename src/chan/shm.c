@@ -974,7 +974,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
 		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu "
 		"rx_waited %llu rx_quick %llu shm_fenced %llu shm_full %llu poll_quiet %llu "
-		"shm_helped %llu tcp_out_shm %llu\n",
+		"shm_helped %llu tcp_out_shm %llu poll_foreign %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -992,5 +992,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.shm_full),
 		(unsigned long long)atomic_load(&chan_stats.poll_quiet),
 		(unsigned long long)atomic_load(&chan_stats.shm_helped),
-		(unsigned long long)atomic_load(&chan_stats.tcp_out_shm));
+		(unsigned long long)atomic_load(&chan_stats.tcp_out_shm),
+		(unsigned long long)atomic_load(&chan_stats.poll_foreign));
 }

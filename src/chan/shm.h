@@ -70,6 +70,9 @@ struct chan_stats {
 	_Atomic uint64_t shm_helped;	/* payload bytes we copied into a
 					 * peer's memory for it (its help
 					 * request: shm_help_serve) */
+	_Atomic uint64_t poll_foreign;	/* receive passes a poller of one CQ
+					 * ran on a stream of other CQs that
+					 * nobody polled (tcp.c) */
 };
 extern struct chan_stats chan_stats;
 

@@ -121,7 +121,7 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	 * for the program's reply on a stream left to its poller. */
 	sr_mutex_lock(&tc->lock);
 	ans_apply_locked(tc);
-	defer = tc->poll_owned && !owed_before && only_ack_owed(tc);
+	defer = tc->poll_owned && !tc->rx_foreign && !owed_before && only_ack_owed(tc);
 	if (!defer && tc->state == TS_UP && !tc->closed)
 		tcp_flush_locked(tc);
 	sr_mutex_unlock(&tc->lock);

@@ -164,6 +164,13 @@ struct tcp_chan {
 	bool rx_waiter;
 	_Atomic uint64_t rx_poll_ns;	/* when a program thread last received */
 	_Atomic unsigned int polls;	/* polls of it, for stamping 1 in 64 */
+	/* when a poller of the stream's own CQs last stamped rx_poll_ns
+	 * (a poller of another CQ serves the stream only without one) */
+	_Atomic uint64_t own_poll_ns;
+	/* The pass under way is a poller's of another CQ (rx_lock): the
+	 * program does not poll for what it delivers, so no ACK waits for
+	 * the program's reply. */
+	bool rx_foreign;
 	/* A pass placed payload bytes straight into their target (a
 	 * large SEND, WRITE or READ response: microseconds a pass): a
 	 * poller's pass then stamps rx_poll_ns itself, as 64 such polls
@@ -460,8 +467,9 @@ void tcp_rx(struct tcp_chan *tc);
 void tcp_rx_try(struct tcp_chan *tc);
 /* The same for a program thread polling an empty CQ: takes in what one
  * read brings and returns, leaving the ACK owed to ride on the program's
- * next post when the stream is poll-owned. */
-void tcp_rx_poll(struct tcp_chan *tc);
+ * next post when the stream is poll-owned (foreign: the thread polls
+ * another CQ, and nothing waits for a reply). */
+void tcp_rx_poll(struct tcp_chan *tc, bool foreign);
 /* The progress thread's receive pass on a stream that no program thread
  * polls: after one that took in a READ, an atomic or a WRITE, it watches
  * the stream for SOFTRNIC_SPIN_US before it sleeps (tcp_spin.c). */
@@ -474,8 +482,9 @@ const char *tcp_rx_pass(struct tcp_chan *tc, bool nosleep, bool *onesided, bool 
 			uint64_t *mark);
 /* Would tcp_rx_poll find nothing to do on this stream (a ring with nothing
  * new, nothing staged, nothing to write)? A lock-free look, safe while
- * the stream is listed; false when unsure. Stamps the poll (POLL_WINDOW). */
-bool tcp_poll_idle(struct tcp_chan *tc);
+ * the stream is listed; false when unsure. Stamps the poll (POLL_WINDOW),
+ * and own_poll_ns too for a poller of the stream's own CQs (own). */
+bool tcp_poll_idle(struct tcp_chan *tc, bool own);
 /* The progress thread's receive pass, every POLL_YIELD_ROUNDS rounds:
  * leave the ring to a program thread that polls (tcp_spin.c)? tc->lock. */
 bool leave_to_poller_locked(struct tcp_chan *tc);

@@ -890,7 +890,8 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 				poll_claim_locked(tc);	/* (completions it polls for) */
 			/* (TCP: also on a stream not left to pollers yet, with
 			 * the stream's timer to send it; no poll check would) */
-			defer = (tc->poll_owned || !tc->shm_rx) && !owed_before && only_ack_owed(tc);
+			defer = (tc->poll_owned || !tc->shm_rx) && !tc->rx_foreign && !owed_before &&
+				only_ack_owed(tc);
 			if (defer && !tc->poll_owned && tc->ack_pending)
 				tcp_timer_arm_locked(tc, SHM_KICK_ACK_NS);
 			if (!defer && tc->state == TS_UP && !tc->closed)
@@ -978,13 +979,14 @@ void tcp_rx_try(struct tcp_chan *tc)
 		tcp_fail(tc, why);
 }
 
-void tcp_rx_poll(struct tcp_chan *tc)
+void tcp_rx_poll(struct tcp_chan *tc, bool foreign)
 {
 	const char *why;
 	int fast;
 
 	if (sr_mutex_trylock(&tc->rx_lock))
 		return;
+	tc->rx_foreign = foreign;
 	fast = tcp_rx_fast(tc);
 	why = fast > 0 ? NULL : fast < 0 ? rx_terminate(tc) : tcp_rx_locked(tc, true);
 	rx_mark_update(tc);

@@ -118,7 +118,7 @@ quiet:
 		tcp_rx(tc);
 }
 
-bool tcp_poll_idle(struct tcp_chan *tc)
+bool tcp_poll_idle(struct tcp_chan *tc, bool own)
 {
 	/* The clock is read on one poll in 64: a busy poller polls far more
 	 * often than POLL_WINDOW_NS, and a stale stamp only hands the stream
@@ -133,6 +133,8 @@ bool tcp_poll_idle(struct tcp_chan *tc)
 		uint64_t now = progress_now_ns();
 
 		atomic_store_explicit(&tc->rx_poll_ns, now, memory_order_relaxed);
+		if (own)
+			atomic_store_explicit(&tc->own_poll_ns, now, memory_order_relaxed);
 		if (!(mark & 1))
 			shm_tx_watch(tc, now);	/* (an even mark: rings set up) */
 	}

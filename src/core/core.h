@@ -512,6 +512,14 @@ struct sr_cq {
 	int npoll;
 	unsigned int poll_gen;
 	struct sr_chan *poll_streams[16];
+	/* The context's other streams on rings (with a reference each, same
+	 * generation; DESIGN.md decision 5, "a poller serves streams nobody
+	 * polls"): bit i of foreign_mask, looked at one poll in 64, says
+	 * poll_foreign[i] had no program thread polling its own CQs then. */
+	int nforeign;
+	uint32_t foreign_mask;
+	unsigned int foreign_polls;
+	struct sr_chan *poll_foreign[16];
 };
 static inline struct sr_cq *to_cq(struct ibv_cq *c) { return (struct sr_cq *)c; }
 

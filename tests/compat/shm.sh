@@ -10,7 +10,9 @@
 # and ib_write_bw's 1 MiB WRITEs must have gone with one copy: pulled with
 # process_vm_readv or copied from the writer's mapped memfd (shm_pulled +
 # shm_mapped > 0 at the target). With SOFTRNIC_SHM=0 on either side nothing moves:
-# shm_fpdus 0 on both, and the programs still pass. As root, two pairs
+# shm_fpdus 0 on both, and the programs still pass. ib_write_bw over the
+# CM with two QPs: the server, polling only its handshake QP's CQ, must
+# have taken in the WRITE streams itself (poll_foreign > 0). As root, two pairs
 # run once more as uid 65534 (each side in a user namespace of its own),
 # and must be on shm too.
 #
@@ -84,6 +86,14 @@ run() {
 		fail "$name: the bulk of the FPDUs went on TCP, not shm"
 		ok=0
 	fi
+	# The server polls only the CQ of perftest's own QP (the one its
+	# rdma_cm handshake uses) while the WRITEs land on two other QPs,
+	# whose CQ nobody polls: its poller must have served them itself
+	# (DESIGN.md decision 5, "a poller serves streams nobody polls").
+	if ((ok)) && [[ $name == write_bw_cm-shm ]] && (($(stat "$tmp/$name.srv.err" poll_foreign) == 0)); then
+		fail "$name: the server's poller took in none of the WRITE streams (poll_foreign 0)"
+		ok=0
+	fi
 	if ((ok)); then
 		printf 'ok: %-16s %s\n' "$name" "$(grep -h '^softrnic stats:' "$tmp/$name".{srv,cli}.err |
 			awk '{ printf "[tcp %s shm %s pulled %s mapped %s] ", $6, $8, $10, $12 }')"
@@ -106,6 +116,9 @@ for mode in shm tcp; do
 	run ucmatose-$mode $mode ucmatose -b 127.0.0.1 -p @PORT@ -c 2 -C 20 -- \
 		ucmatose -s 127.0.0.1 -p @PORT@ -c 2 -C 20
 done
+
+run write_bw_cm-shm shm ib_write_bw -d softrnic0 -R -q 2 -s 65536 -n 2000 -p @PORT@ -- \
+	ib_write_bw -d softrnic0 -R -q 2 -s 65536 -n 2000 -p @PORT@ 127.0.0.1
 
 # Unprivileged, as most people run it: each `softrnic run` then makes a
 # user namespace of its own (the sysfs view), from which pidfd_getfd on
