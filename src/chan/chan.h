@@ -36,7 +36,7 @@ struct sr_qp;
 struct sr_chan;
 
 /* A whole SEND or WRITE of at most SR_SMALL_MAX bytes (send_small). */
-#define SR_SMALL_MAX 1024
+#define SR_SMALL_MAX 4096
 struct sr_small {
 	uint8_t op;			/* SR_MSG_SEND or SR_MSG_WRITE */
 	uint32_t flags;			/* SR_MSGF_SE, _IMM, _INV (SEND) */

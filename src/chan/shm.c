@@ -852,6 +852,24 @@ ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap)
 	return k < 0 ? -1 : k;
 }
 
+ssize_t shm_recv_small_begin(struct tcp_chan *tc, void *hdr, size_t n)
+{
+	struct shm_link *l = tc->shm;
+	ssize_t k;
+
+	if (l->broken)
+		return -1;
+	k = shm_ring_small_begin(&l->rx, hdr, n);
+	if (k < 0)
+		l->broken = "corrupt ring";
+	return k < 0 ? -1 : k;
+}
+
+void shm_recv_small_end(struct tcp_chan *tc, void *dst, size_t off, size_t n)
+{
+	shm_ring_small_end(&tc->shm->rx, dst, off, n);
+}
+
 int shm_small_alone(const struct tcp_chan *tc)
 {
 	const struct shm_link *l = tc->shm;

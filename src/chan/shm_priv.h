@@ -17,7 +17,7 @@
 #include <sys/types.h>
 
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	10	/* 2: mapped records (kind 3); 3: the
+#define SHM_VERSION	11	/* 2: mapped records (kind 3); 3: the
 				 * descriptor server (fdsrv); 4: records
 				 * published by their header word
 				 * (shm_ring.h); 5: small records (kind
@@ -28,8 +28,9 @@
 				 * the consumer zeroes; 9: help boards
 				 * (struct shm_help); 10: a board is
 				 * SHM_HELP_SLOTS requests (struct
-				 * shm_help_board). A peer of another
-				 * version refuses the offer */
+				 * shm_help_board); 11: small records of
+				 * up to 4 KiB of payload. A peer of
+				 * another version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
 					 * pulled, so the rings hold headers

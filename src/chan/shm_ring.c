@@ -704,7 +704,7 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
 	return ret;
 }
 
-ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap)
+ssize_t shm_ring_small_begin(struct shm_ring *r, void *hdr, size_t n)
 {
 	if (!r->rec) {
 		int e = next_record(r);
@@ -714,9 +714,18 @@ ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap)
 	}
 	if (r->rec_kind != SHM_REC_SMALL)
 		return 0;
-	if (r->rec_len > cap)
-		return -EPROTO;
-	ring_out(r, r->pos + SHM_REC_HDR, buf, r->rec_len, NULL);
+	ring_out(r, r->pos + SHM_REC_HDR, hdr, n < r->rec_len ? n : r->rec_len, NULL);
+	return (ssize_t)r->rec_len;
+}
+
+void shm_ring_small_end(struct shm_ring *r, void *dst, size_t off, size_t n)
+{
+	if (!r->rec || r->rec_kind != SHM_REC_SMALL)
+		return;
+	/* (the caller's bounds come from its own copy of the header: a
+	 * body the record does not hold is not read) */
+	if (off <= r->rec_len && n <= r->rec_len - off && n)
+		ring_out(r, r->pos + SHM_REC_HDR + off, dst, n, NULL);
 	r->inlined += r->rec_len;
 	/* Zero the words that start its lines, where a record of the next
 	 * lap may start after a small one: the producer finds them zero and
@@ -728,7 +737,18 @@ ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap)
 	r->pos += r->rec_size;
 	r->rec = false;
 	atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
-	return (ssize_t)r->rec_len;
+}
+
+ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap)
+{
+	ssize_t k = shm_ring_small_begin(r, buf, 0);
+
+	if (k <= 0)
+		return k;
+	if ((size_t)k > cap)
+		return -EPROTO;
+	shm_ring_small_end(r, buf, 0, (size_t)k);
+	return k;
 }
 
 int shm_ring_small_alone(const struct shm_ring *r)

@@ -69,7 +69,7 @@
 /* A small record (kind 4): one message of the layer above, not stream
  * bytes (shm_ring_write_small, shm_ring_read_small). */
 #define SHM_REC_SMALL	4
-#define SHM_SMALL_MAX	1088U
+#define SHM_SMALL_MAX	4160U
 /* the most stream bytes one record carries (one FPDU's payload fits) */
 #define SHM_REC_MAX	(64U * 1024U)
 
@@ -241,6 +241,16 @@ ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool a
  * small, -EPROTO for a corrupt ring. The copy is ours: the producer
  * cannot change what the caller decodes. */
 ssize_t shm_ring_read_small(struct shm_ring *r, void *buf, size_t cap);
+
+/* The same in two steps, so that the body goes straight where its header
+ * says: begin copies the first n bytes (or all, if fewer) of the next
+ * record, if it is a small one, into hdr and returns the record's length
+ * (0 and -EPROTO as above), leaving it unread; end copies n bytes from
+ * off of the body begun into dst (nothing of what lies beyond the
+ * record) and releases it. The copies are ours: the caller decodes hdr,
+ * and takes its bounds from there. */
+ssize_t shm_ring_small_begin(struct shm_ring *r, void *hdr, size_t n);
+void shm_ring_small_end(struct shm_ring *r, void *dst, size_t off, size_t n);
 
 /* Consumer: the first body byte of the next record, if that record is a
  * small one and the last published (nothing after it yet); else -1. A

@@ -34,7 +34,7 @@ _Static_assert(sizeof(struct shm_small) == 24, "struct shm_small: 24 bytes, no p
 #define SHM_SMALL_F_IMM		0x04	/* SEND only; not with INV */
 #define SHM_SMALL_F_INV		0x08	/* SEND only; not with IMM */
 /* the most payload bytes one carries (chan.h's SR_SMALL_MAX) */
-#define SHM_SMALL_PAYLOAD	1024
+#define SHM_SMALL_PAYLOAD	4096
 
 /* A small message of len bytes at buf (our own copy of the record):
  * 0 and its header in *h (the payload is buf + sizeof(*h), h->len

@@ -34,7 +34,7 @@ void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_ms
 
 int tcp_rx_fast(struct tcp_chan *tc)
 {
-	uint8_t buf[sizeof(struct shm_small) + SHM_SMALL_PAYLOAD];
+	uint8_t hb[sizeof(struct shm_small)];
 	union {
 		struct sr_msg m;
 		uint8_t bytes[sizeof(struct sr_msg) + SHM_SMALL_PAYLOAD];
@@ -71,15 +71,17 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	if (qp_rx_congested(qp))
 		return 0;
 
-	k = shm_recv_small(tc, buf, sizeof(buf));
+	k = shm_recv_small_begin(tc, hb, sizeof(hb));
 	if (k <= 0)
 		return 0;	/* (changed under our look, or broken: the
 				 * general pass reads what is there) */
-	/* (the copy is ours: decoded once, from it; RFC 5041 §5.3: SEND
-	 * MSNs in order) */
-	if (shm_small_decode(buf, (size_t)k, &h) ||
-	    (h.op == SHM_SMALL_SEND && h.msn != tc->rx_msn[DDP_QN_SEND]))
+	/* (the header's copy is ours: decoded once, from it; the body goes
+	 * straight into the message; RFC 5041 §5.3: SEND MSNs in order) */
+	if (shm_small_decode(hb, (size_t)k, &h) ||
+	    (h.op == SHM_SMALL_SEND && h.msn != tc->rx_msn[DDP_QN_SEND])) {
+		shm_recv_small_end(tc, NULL, 0, 0);
 		return -EBADMSG;
+	}
 	if (h.op != SHM_SMALL_ACK) {
 		m = &u.m;
 		memset(m, 0, sizeof(*m));
@@ -95,7 +97,9 @@ int tcp_rx_fast(struct tcp_chan *tc)
 			m->stag = h.word;
 			m->to = h.to;
 		}
-		memcpy(m->payload, buf + sizeof(h), h.len);
+		shm_recv_small_end(tc, m->payload, sizeof(h), h.len);
+	} else {
+		shm_recv_small_end(tc, NULL, 0, 0);
 	}
 	if (h.flags & SHM_SMALL_F_ACK)
 		note_answer(tc, h.ack_msn);

@@ -392,51 +392,68 @@ static int rx_ulpdu(struct tcp_chan *tc, const uint8_t *u, size_t ulen, struct r
  * is broken. */
 static int small_take(struct tcp_chan *tc, struct rx_out *out)
 {
-	uint8_t buf[sizeof(struct shm_small) + SHM_SMALL_PAYLOAD];
+	uint8_t hb[sizeof(struct shm_small)];
 	struct shm_small h;
-	struct sr_msg *m;
-	ssize_t k = shm_recv_small(tc, buf, sizeof(buf));
+	struct sr_msg *m, *ack = NULL;
+	ssize_t k = shm_recv_small_begin(tc, hb, sizeof(hb));
+	int ret = -EBADMSG;
 
 	if (k <= 0)
 		return k < 0 ? -EPIPE : 0;
-	/* (the copy is ours: decoded once, from it) */
-	if (shm_small_decode(buf, (size_t)k, &h))
-		return -EBADMSG;
+	/* (the header's copy is ours: decoded once, from it; the body goes
+	 * straight into its message, and the record is released with it) */
+	if (shm_small_decode(hb, (size_t)k, &h))
+		goto drop;
 	/* RFC 5041 §5.3: MSNs per queue, in order; no message in progress */
 	if (h.op == SHM_SMALL_SEND ? tc->as_untagged || h.msn != tc->rx_msn[DDP_QN_SEND]
 				   : tc->as_active)
-		return -EBADMSG;
-	if (h.flags & SHM_SMALL_F_ACK) {
-		if (!out->answers) {
-			ack_fold(tc, out, h.ack_msn);
-		} else {
-			m = as_start(SR_MSG_ACK);
-			if (!m)
-				return -ENOMEM;
-			m->msn = h.ack_msn;
-			m->status = SR_ST_OK;
-			out_add(out, m);
-			note_answer(tc, m->msn);
+		goto drop;
+	/* (everything allocated before anything is counted: a failure
+	 * leaves the stream as it was, ending it) */
+	if ((h.flags & SHM_SMALL_F_ACK) && out->answers) {
+		ack = as_start(SR_MSG_ACK);
+		if (!ack) {
+			ret = -ENOMEM;
+			goto drop;
 		}
 	}
-	if (h.op == SHM_SMALL_ACK)
-		return 1;
+	m = NULL;
 	if (h.op == SHM_SMALL_SEND) {
 		m = msg_alloc(h.len);
-		if (!m)
-			return -ENOMEM;
-		small_send_msg(tc, &h, m);
-	} else {
+		if (!m) {
+			ret = -ENOMEM;
+			goto drop;
+		}
+	} else if (h.op == SHM_SMALL_WRITE) {
 		struct ddp_hdr dh = { .tagged = true, .last = true, .opcode = RDMAP_WRITE,
 				      .stag = h.word, .to = h.to };
 
 		m = tagged_msg(tc, &dh, h.len, h.len);
 		if (!m)
-			return -EBADMSG;
+			goto drop;
 	}
-	memcpy(m->payload, buf + sizeof(h), h.len);
+	shm_recv_small_end(tc, m ? m->payload : NULL, sizeof(h), m ? h.len : 0);
+	if (h.flags & SHM_SMALL_F_ACK) {
+		if (!ack) {
+			ack_fold(tc, out, h.ack_msn);
+		} else {
+			ack->msn = h.ack_msn;
+			ack->status = SR_ST_OK;
+			out_add(out, ack);
+			note_answer(tc, ack->msn);
+		}
+	}
+	if (!m)
+		return 1;
+	if (h.op == SHM_SMALL_SEND)
+		small_send_msg(tc, &h, m);
 	out_add(out, m);
 	return 1;
+drop:
+	if (ack)
+		msg_free(ack);
+	shm_recv_small_end(tc, NULL, 0, 0);
+	return ret;
 }
 
 /* Small messages, as many as come and out takes (as a read of FPDUs

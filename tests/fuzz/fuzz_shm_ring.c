@@ -17,11 +17,15 @@
  * producer then writes against the same hostile head, a piece of the
  * stand-in going as mapped records, and a small record. A small record
  * (kind 4) stops the byte reader (-ENOMSG) and is taken with
- * shm_ring_read_small into a buffer as large as the channel's (280
- * bytes: a longer one is -EPROTO, ASan checks the copy stays inside),
+ * shm_ring_read_small into a buffer as large as the channel's (24 +
+ * SHM_SMALL_PAYLOAD bytes: a longer one is -EPROTO, ASan checks the copy
+ * stays inside),
  * then decoded as the channel does (src/chan/shm_small.c): a message it
  * accepts says exactly how much payload follows its header (none for an
- * ACK alone).
+ * ACK alone). Or (a bit of the input) the channel's two steps: the
+ * header with shm_ring_small_begin, decoded, then the body it names with
+ * shm_ring_small_end into a buffer of exactly that size (ASan checks the
+ * copy stays inside), or none for a header the decoder refuses.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -107,6 +111,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		CHECK(op >= -1 && op <= 255 && r.pos == pos);
 		k = shm_ring_read(&r, &v, 1, data[17] & 1, &io);
+		if (k == -ENOMSG && (data[17] & 2)) {
+			/* the channel's way: the header first, decoded, then
+			 * the body it names straight into a buffer of its size */
+			uint8_t hb[sizeof(struct shm_small)];
+			struct shm_small h;
+			uint8_t *body;
+
+			k = shm_ring_small_begin(&r, hb, sizeof(hb));
+			CHECK(k == -EPROTO || k > 0);
+			if (k < 0)
+				break;
+			if (shm_small_decode(hb, (size_t)k, &h)) {
+				shm_ring_small_end(&r, NULL, 0, 0);
+				continue;
+			}
+			CHECK(sizeof(h) + h.len == (size_t)k && h.len <= SHM_SMALL_PAYLOAD);
+			body = malloc(h.len ? h.len : 1);
+			if (!body)
+				break;
+			shm_ring_small_end(&r, body, sizeof(h), h.len);
+			free(body);
+			CHECK(shm_ring_small_alone(&r) >= -1);
+			continue;
+		}
 		if (k == -ENOMSG) {
 			struct shm_small h;
 

@@ -17,7 +17,7 @@
 #include "chan/shm_ring.h"
 #include "chan/shm_small.h"
 
-#define RING	4096
+#define RING	16384
 
 struct fixture {
 	struct shm_ring_ctl ctl;
