@@ -27,6 +27,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/uio.h>
 #include "core/msg.h"
 
 struct sr_context;
@@ -47,6 +48,10 @@ struct sr_small {
 	uint64_t to;
 	const void *payload;		/* our own memory */
 	uint32_t len;
+	/* or, if niov, the application's memory, read fault-safely (a
+	 * registered gather list, its keys checked) */
+	const struct iovec *iov;
+	int niov;
 };
 
 struct sr_chan_ops {

@@ -725,7 +725,7 @@ bool shm_tx_stuck(struct tcp_chan *tc)
 	return false;
 }
 
-ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len)
+ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len, int app)
 {
 	struct shm_link *l = tc->shm;
 	ssize_t k;
@@ -736,11 +736,11 @@ ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size
 		errno = EPROTO;
 		return -1;
 	}
-	k = shm_ring_write_small(&l->tx, iov, n, len);
+	k = shm_ring_write_small_app(&l->tx, iov, n, len, app, io_get);
 	if (k == 0)
 		return 0;
-	if (k == -EINVAL) {
-		errno = EINVAL;
+	if (k == -EINVAL || k == -EFAULT) {
+		errno = (int)-k;
 		return -1;
 	}
 	if (k < 0)

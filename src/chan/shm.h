@@ -112,9 +112,10 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 /* Write one small message (struct shm_small and its payload: n pieces
  * of our own bytes, len in all) to the ring as one small record, whole or
  * not at all: len, 0 if the ring has no room for it now, or -1 with
- * errno (EPROTO: broken). Only at a message boundary of the stream.
- * tc->lock held. */
-ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len);
+ * errno (EPROTO: broken; EFAULT: a piece from iov[app] on, which are
+ * the application's memory, faulted, and nothing was written). Only at
+ * a message boundary of the stream. tc->lock held. */
+ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len, int app);
 /* Pieces the peer pulled and found gone (it read zeros) fail their WQE
  * as over TCP: their msns go to tc->faults (tcp_tx_faults tells the
  * QP). Call before answers from the peer are delivered. tc->lock held. */

@@ -246,6 +246,12 @@ bool shm_ring_fits(struct shm_ring *r, size_t len)
 
 ssize_t shm_ring_write_small(struct shm_ring *r, const struct iovec *iov, int n, size_t len)
 {
+	return shm_ring_write_small_app(r, iov, n, len, n, NULL);
+}
+
+ssize_t shm_ring_write_small_app(struct shm_ring *r, const struct iovec *iov, int n, size_t len,
+				 int app, int (*get)(void *, const void *, size_t))
+{
 	uint64_t used, total = 0, pos = r->pos, size = small_size(pos, len);
 	uint64_t need = size + SHM_REC_HDR;
 
@@ -263,16 +269,23 @@ ssize_t shm_ring_write_small(struct shm_ring *r, const struct iovec *iov, int n,
 		if (r->size - used < need)
 			return 0;
 	}
+	/* (a piece that faults leaves bytes where nothing is published:
+	 * the next record writes over them) */
 	if ((pos & (r->size - 1)) + SHM_REC_HDR + len <= r->size) {
 		uint8_t *d = r->data + (pos & (r->size - 1)) + SHM_REC_HDR;
 
-		for (int i = 0; i < n; d += iov[i].iov_len, i++)
-			memcpy(d, iov[i].iov_base, iov[i].iov_len);
+		for (int i = 0; i < n; d += iov[i].iov_len, i++) {
+			if (i < app || !get)
+				memcpy(d, iov[i].iov_base, iov[i].iov_len);
+			else if (get(d, iov[i].iov_base, iov[i].iov_len))
+				return -EFAULT;
+		}
 	} else {
 		/* The body wraps (a header never does: both are 8-aligned). */
 		for (int i = 0, off = 0; i < n; off += (int)iov[i].iov_len, i++)
-			ring_in(r, pos + SHM_REC_HDR + (uint64_t)off, iov[i].iov_base,
-				iov[i].iov_len, NULL);
+			if (ring_in(r, pos + SHM_REC_HDR + (uint64_t)off, iov[i].iov_base,
+				    iov[i].iov_len, i < app ? NULL : get))
+				return -EFAULT;
 	}
 	r->pos = pos + size;
 	put_hdr(r, pos, SHM_REC_SMALL, (uint32_t)len, r->pos);

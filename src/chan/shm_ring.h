@@ -212,6 +212,11 @@ bool shm_ring_fits(struct shm_ring *r, size_t len);
  * does not fit now, -EINVAL for a bad len, -EPROTO if the shared head is
  * impossible. */
 ssize_t shm_ring_write_small(struct shm_ring *r, const struct iovec *iov, int n, size_t len);
+/* The same, with the pieces from iov[app] on in the application's memory,
+ * copied with get (0 or -EFAULT): -EFAULT, nothing published, if one
+ * faults. */
+ssize_t shm_ring_write_small_app(struct shm_ring *r, const struct iovec *iov, int n, size_t len,
+				 int app, int (*get)(void *, const void *, size_t));
 
 /* Producer: was the remote (or mapped) record at pos (already released:
  * pos is below the shared head) read as zeros? Only valid until that

@@ -376,7 +376,7 @@ static bool ack_small_locked(struct tcp_chan *tc)
 			       .ack_msn = tc->ack_msn };
 	struct iovec iov = { &h, sizeof(h) };
 
-	if (!small_ok_locked(tc) || shm_send_small(tc, &iov, 1, sizeof(h)) <= 0)
+	if (!small_ok_locked(tc) || shm_send_small(tc, &iov, 1, sizeof(h), 1) <= 0)
 		return false;
 	tc->ack_pending = false;
 	rsp_take(tc, tc->ack_msn);
@@ -737,11 +737,18 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 {
 	struct tcp_chan *tc = to_tc(ch);
 	struct shm_small h = { .len = (uint16_t)r->len };
-	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)r->payload, r->len } };
+	struct iovec iov[1 + SR_MAX_SGE] = { { &h, sizeof(h) }, { (void *)r->payload, r->len } };
+	int n = r->len ? 2 : 1;
 	bool ack;
 
-	if (r->len > SR_SMALL_MAX)
+	if (r->len > SR_SMALL_MAX || r->niov > SR_MAX_SGE)
 		return -EAGAIN;
+	if (r->niov) {
+		/* (the gather list itself: the ring write reads it
+		 * fault-safely) */
+		memcpy(&iov[1], r->iov, sizeof(iov[0]) * (size_t)r->niov);
+		n = 1 + r->niov;
+	}
 	sr_mutex_lock(&tc->lock);
 	/* (requests also wait out a hold and the faults to report first) */
 	if (!small_ok_locked(tc) || tc->shm_hold_until || tc->nfaults || tc->tx_written)
@@ -768,9 +775,10 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 		h.word = r->stag;
 		h.to = r->to;
 	}
-	if (shm_send_small(tc, iov, r->len ? 2 : 1, sizeof(h) + r->len) <= 0)
+	if (shm_send_small(tc, iov, n, sizeof(h) + r->len, r->niov ? 1 : n) <= 0)
 		goto again;	/* (broken: the usual way queues it, and the
-				 * stream's end fails it) */
+				 * stream's end fails it; a gather that
+				 * faulted: the usual way fails it) */
 	/* written: what tcp_send, tx_encode and the flush note */
 	tx_busy_locked(tc);
 	if (ack) {

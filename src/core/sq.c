@@ -202,6 +202,34 @@ static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *b
 	return IBV_WC_SUCCESS;
 }
 
+/* A WQE's gather list as the addresses it names, for a copy straight from
+ * there (sq_small): its pieces in iov, how many, or -1 if a key is not
+ * one of this process's regions in the QP's PD, or any other case that
+ * gather() takes (it then copies, and reports what fails). */
+static int gather_iov(struct sr_qp *qp, struct sr_swqe *w, struct iovec *iov)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		struct ibv_sge *s = &w->sge[i];
+		struct sr_lkey_span sp;
+		uintptr_t a;
+
+		if (!s->length)
+			continue;
+		if (!lspan_hit(qp, s->lkey, s->addr, s->length, &a)) {
+			if (mr_span(qp->ctx, qp->pd, s->lkey, s->addr, s->length, &sp))
+				return -1;
+			qp->lspan = sp;
+			a = sp.vaddr + (uintptr_t)(s->addr - sp.iova);
+		}
+		iov[n].iov_base = (void *)a;
+		iov[n].iov_len = s->length;
+		n++;
+	}
+	return n;
+}
+
 /* Zero copy: the message names the registered memory it sends from (the
  * channel writes it with sendmsg), and keeps that memory busy until the
  * message is freed. Same checks as gather(). */
@@ -366,6 +394,7 @@ static struct sr_msg *build_msg(struct sr_qp *qp, struct sr_swqe *w, enum ibv_wc
  * what made its gather fail). */
 static int sq_small(struct sr_qp *qp, struct sr_swqe *w)
 {
+	struct iovec iov[SR_MAX_SGE];
 	uint8_t buf[SR_SMALL_MAX];
 	struct sr_small r = {
 		.op = SR_MSG_SEND, .msn = w->msn, .len = (uint32_t)w->length, .payload = buf,
@@ -394,10 +423,18 @@ static int sq_small(struct sr_qp *qp, struct sr_swqe *w)
 	default:
 		return -EAGAIN;
 	}
-	if (w->flags & IBV_SEND_INLINE)
+	if (w->flags & IBV_SEND_INLINE) {
 		r.payload = w->inl;
-	else if (gather(qp, w, buf) != IBV_WC_SUCCESS)
-		return -EAGAIN;
+	} else if ((r.niov = gather_iov(qp, w, iov)) > 0) {
+		/* (the channel reads the registered memory itself: one copy
+		 * less; a page gone there fails its write, and the usual
+		 * way then reports it) */
+		r.iov = iov;
+	} else if (r.niov < 0) {
+		r.niov = 0;
+		if (gather(qp, w, buf) != IBV_WC_SUCCESS)
+			return -EAGAIN;
+	}
 	return qp->chan->ops->send_small(qp->chan, &r);
 }
 

@@ -65,6 +65,9 @@
  *   that found nothing: an event left from a round whose poll found the
  *   completion ends the next wait at once, and a run can go on so, never
  *   sleeping; test_net_wait counts the waits with the usual loop.)
+ * - small_fault: a 2 KiB SEND from a registered region A unmapped fails
+ *   with IBV_WC_LOC_PROT_ERR (the ring write reads it fault-safely and
+ *   publishes nothing); B's buffer stays as it was, no receive succeeds.
  * - small: SENDs (plain, inline, with immediate) and WRITEs of 0 to 6000
  *   bytes, posted one by one and as one list, mixed: those of 4 KiB
  *   or less go into the ring straight from the post (shm_direct in the
@@ -689,6 +692,57 @@ static void sub_off(void)
 	setenv("SOFTRNIC_SHM", "0", 1);
 	net_fork_run(&o, off_a, off_b);
 	unsetenv("SOFTRNIC_SHM");
+}
+
+/* small_fault: a SEND small enough for the ring straight from the post
+ * (shm_direct), from a registered region already unmapped: the ring
+ * write reads the gather list fault-safely, publishes nothing, and the
+ * usual way fails the WQE (IBV_WC_LOC_PROT_ERR); B's receive buffer is
+ * untouched and no receive completes successfully. */
+static void small_fault_a(struct net_end *n)
+{
+	size_t len = 8 * KIB;
+	uint8_t *src;
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+
+	ping(n, 1);
+	src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(src != MAP_FAILED, "mmap");
+	memset(src, 0x5a, len);
+	mr = ibv_reg_mr(n->t.pd, src, len, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr, "reg_mr");
+	net_expect(n, T_READY, "B's receive posted");
+	CHECK(munmap(src, len) == 0, "munmap");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 40, src + 64, 2 * KIB, mr->lkey, IBV_SEND_SIGNALED,
+			 0, 0, 0) == 0, "post SEND");
+	expect_wc(n->scq, &wc, 40, IBV_WC_LOC_PROT_ERR, -1, "small SEND from unmapped memory");
+	net_put(n, T_DONE);
+	net_expect(n, T_DONE + 1, "B checked");
+	ibv_dereg_mr(mr);
+}
+
+static void small_fault_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	ping(n, 1);
+	memset(n->b.p, 0xee, 8 * KIB);
+	post_recv1(n->qp, 41, n->b.p, 4 * KIB, n->b.mr->lkey);
+	net_put(n, T_READY);
+	net_expect(n, T_DONE, "A's SEND failed");
+	usleep(50 * 1000);	/* (a record published by mistake arrives) */
+	while (ibv_poll_cq(n->rcq, 1, &wc) == 1)
+		CHECK(wc.status != IBV_WC_SUCCESS, "a receive completed: %u bytes", wc.byte_len);
+	check_filled(n->b.p, 0xee, 8 * KIB, "the receive buffer");
+	net_put(n, T_DONE + 1);
+}
+
+static void sub_small_fault(void)
+{
+	struct net_opts o = shm_opts();
+
+	net_fork_run(&o, small_fault_a, small_fault_b);
 }
 
 static void sub_unmapped(void)
@@ -1848,6 +1902,7 @@ int main(int argc, char **argv)
 		{ "early", sub_early },
 		{ "early_accepter", sub_early_accepter },
 		{ "small", sub_small },
+		{ "small_fault", sub_small_fault },
 		{ "ack_order", sub_ack_order },
 		{ "watcher", sub_watcher },
 		{ "read_spin", sub_read_spin },

@@ -421,6 +421,54 @@ static void fits_whole(void **state)
 	assert_int_equal(put1(f, buf, 1200, SHM_OWN), -EPROTO);
 }
 
+/* A get that faults inside bad[], as a gather list's piece on a page the
+ * application unmapped; it counts its calls. */
+static int get_calls;
+static uint8_t bad[200];
+static int get_faults_in_bad(void *dst, const void *src, size_t n)
+{
+	get_calls++;
+	if ((const uint8_t *)src >= bad && (const uint8_t *)src < bad + sizeof(bad))
+		return -EFAULT;
+	memcpy(dst, src, n);
+	return 0;
+}
+
+/* shm_ring_write_small_app: the application's pieces go through get, ours
+ * do not; a piece that faults publishes nothing (the reader finds the
+ * ring empty, the tail has not moved), and the next record is whole,
+ * also where a body wraps. */
+static void small_app_fault(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t hdr[24], p1[100], in[SHM_SMALL_MAX];
+	struct iovec v[3] = { { hdr, sizeof(hdr) }, { p1, sizeof(p1) }, { bad, sizeof(bad) } };
+	uint64_t tail;
+
+	memset(hdr, 1, sizeof(hdr));
+	memset(p1, 2, sizeof(p1));
+	for (int lap = 0; lap < 2; lap++) {
+		get_calls = 0;
+		tail = atomic_load(&f->ctl.tail);
+		assert_int_equal(shm_ring_write_small_app(&f->tx, v, 3, 324, 1, get_faults_in_bad),
+				 -EFAULT);
+		assert_int_equal(atomic_load(&f->ctl.tail), tail);
+		assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 0);
+		get_calls = 0;
+		assert_int_equal(shm_ring_write_small_app(&f->tx, v, 2, 124, 1, get_faults_in_bad),
+				 124);
+		assert_true(get_calls >= 1 && get_calls <= 2);	/* (not the header) */
+		assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), 124);
+		assert_memory_equal(in, hdr, sizeof(hdr));
+		assert_memory_equal(in + sizeof(hdr), p1, sizeof(p1));
+		/* the second lap's records wrap at the ring's end */
+		while (RING - (f->tx.pos % RING) > 64) {
+			assert_int_equal(shm_ring_write_small(&f->tx, v, 1, sizeof(hdr)), sizeof(hdr));
+			assert_int_equal(shm_ring_read_small(&f->rx, in, sizeof(in)), sizeof(hdr));
+		}
+	}
+}
+
 /* Small records (kind 4) among stream bytes: the byte reader stops in
  * front of one (-ENOMSG when it has read nothing), shm_ring_read_small
  * takes it whole, in order, across the ring's end, and takes nothing
@@ -1224,6 +1272,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(fits_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(stops_before_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(small_records, setup, teardown),
+		cmocka_unit_test_setup_teardown(small_app_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(small_lines, setup, teardown),
 		cmocka_unit_test_setup_teardown(model_mixed, setup, teardown),
 		cmocka_unit_test_setup_teardown(corrupt_small, setup, teardown),
