@@ -839,19 +839,6 @@ _Static_assert(SR_SMALL_MAX == SHM_SMALL_PAYLOAD, "chan.h's small requests are s
 _Static_assert(sizeof(struct shm_small) + SHM_SMALL_PAYLOAD <= SHM_SMALL_MAX,
 	       "a small message fits a small record");
 
-ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap)
-{
-	struct shm_link *l = tc->shm;
-	ssize_t k;
-
-	if (l->broken)
-		return -1;
-	k = shm_ring_read_small(&l->rx, buf, cap);
-	if (k < 0)
-		l->broken = "corrupt ring";
-	return k < 0 ? -1 : k;
-}
-
 ssize_t shm_recv_small_begin(struct tcp_chan *tc, void *hdr, size_t n)
 {
 	struct shm_link *l = tc->shm;

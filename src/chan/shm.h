@@ -133,13 +133,10 @@ bool shm_tx_stuck(struct tcp_chan *tc);
  * comes next: shm_recv_small, EFAULT could not place into iov, EPROTO
  * corrupt ring or unreadable peer). rx_lock held. */
 ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app);
-/* If a small message comes next: copied into buf, released, its length.
- * 0: none next (or nothing), -1: the ring is broken (shm_broken says
- * why), also by a small message longer than cap. rx_lock held. */
-ssize_t shm_recv_small(struct tcp_chan *tc, void *buf, size_t cap);
-/* The same in two steps (shm_ring_small_begin/_end): the first n bytes
- * of the small message next into hdr and its length (0, -1 as above),
- * then n bytes of it from off into dst, and the release. rx_lock held. */
+/* If a small message comes next (shm_ring_small_begin/_end): its first n
+ * bytes into hdr and its length; 0: none next (or nothing), -1: the ring
+ * is broken (shm_broken says why). Then end: n bytes of it from off into
+ * dst, and the release. rx_lock held. */
 ssize_t shm_recv_small_begin(struct tcp_chan *tc, void *hdr, size_t n);
 void shm_recv_small_end(struct tcp_chan *tc, void *dst, size_t off, size_t n);
 /* The first byte (struct shm_small's op) of the small message next, if

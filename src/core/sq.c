@@ -153,6 +153,25 @@ static bool lspan_hit(const struct sr_qp *qp, uint32_t key, uint64_t va, uint64_
 	return true;
 }
 
+/* Where a gather piece is in this process, through the QP's remembered
+ * lkey span (looked up and remembered if not that key): 0 and *a, or
+ * mr_span's error (-EAGAIN: not this way, the caller takes a reference). */
+static int sge_addr(struct sr_qp *qp, const struct ibv_sge *s, uintptr_t *a)
+{
+	struct sr_lkey_span sp;
+	int ret;
+
+	/* (the same key as last time: no lock, no reference) */
+	if (lspan_hit(qp, s->lkey, s->addr, s->length, a))
+		return 0;
+	ret = mr_span(qp->ctx, qp->pd, s->lkey, s->addr, s->length, &sp);
+	if (ret)
+		return ret;
+	qp->lspan = sp;
+	*a = sp.vaddr + (uintptr_t)(s->addr - sp.iova);
+	return 0;
+}
+
 /* Copy a WQE's gather list into buf. Local reads need no access right
  * beyond a valid lkey in the QP's PD (IBTA 10.6.3.3). */
 static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *buf)
@@ -165,25 +184,15 @@ static enum ibv_wc_status gather(struct sr_qp *qp, struct sr_swqe *w, uint8_t *b
 	}
 	for (uint32_t i = 0; i < w->num_sge; i++) {
 		struct ibv_sge *s = &w->sge[i];
-		struct sr_lkey_span sp;
 		struct sr_mref r;
 		uintptr_t a;
 		int ret;
 
 		if (!s->length)
 			continue;
-		/* (the same key as last time: no lock, no reference) */
-		if (!lspan_hit(qp, s->lkey, s->addr, s->length, &a)) {
-			ret = mr_span(qp->ctx, qp->pd, s->lkey, s->addr, s->length, &sp);
-			if (ret && ret != -EAGAIN)
-				return IBV_WC_LOC_PROT_ERR;
-			if (!ret) {
-				qp->lspan = sp;
-				a = sp.vaddr + (uintptr_t)(s->addr - sp.iova);
-			}
-		} else {
-			ret = 0;
-		}
+		ret = sge_addr(qp, s, &a);
+		if (ret && ret != -EAGAIN)
+			return IBV_WC_LOC_PROT_ERR;
 		if (!ret) {
 			if (mem_read(buf + off, a, s->length))
 				return IBV_WC_LOC_PROT_ERR;
@@ -212,17 +221,12 @@ static int gather_iov(struct sr_qp *qp, struct sr_swqe *w, struct iovec *iov)
 
 	for (uint32_t i = 0; i < w->num_sge; i++) {
 		struct ibv_sge *s = &w->sge[i];
-		struct sr_lkey_span sp;
 		uintptr_t a;
 
 		if (!s->length)
 			continue;
-		if (!lspan_hit(qp, s->lkey, s->addr, s->length, &a)) {
-			if (mr_span(qp->ctx, qp->pd, s->lkey, s->addr, s->length, &sp))
-				return -1;
-			qp->lspan = sp;
-			a = sp.vaddr + (uintptr_t)(s->addr - sp.iova);
-		}
+		if (sge_addr(qp, s, &a))
+			return -1;
 		iov[n].iov_base = (void *)a;
 		iov[n].iov_len = s->length;
 		n++;

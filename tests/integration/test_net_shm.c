@@ -302,6 +302,18 @@ static void corrupt_b(struct net_end *n)
 /* A source unmapped after its WRITE was queued as remote records but
  * before the peer pulled them (B is stopped meanwhile): B reads zeros,
  * and A's WQE fails with IBV_WC_LOC_PROT_ERR, as over TCP. */
+/* A region of its own for A to unmap under its MR: len bytes of 0x5a. */
+static uint8_t *unmappable(struct net_end *n, size_t len, struct ibv_mr **mr)
+{
+	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	CHECK(p != MAP_FAILED, "mmap");
+	memset(p, 0x5a, len);
+	*mr = ibv_reg_mr(n->t.pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(*mr, "reg_mr");
+	return p;
+}
+
 static void unmapped_a(struct net_end *n)
 {
 	size_t len = 256 * KIB;
@@ -311,11 +323,7 @@ static void unmapped_a(struct net_end *n)
 	int st;
 
 	ping(n, 1);
-	src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(src != MAP_FAILED, "mmap");
-	memset(src, 0x5a, len);
-	mr = ibv_reg_mr(n->t.pd, src, len, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(mr, "reg_mr");
+	src = unmappable(n, len, &mr);
 	net_expect(n, T_READY, "B filled its buffer");
 	CHECK(kill(n->peer_pid, SIGSTOP) == 0, "SIGSTOP");
 	CHECK(waitpid(n->peer_pid, &st, WUNTRACED) == n->peer_pid && WIFSTOPPED(st), "B stopped");
@@ -707,11 +715,7 @@ static void small_fault_a(struct net_end *n)
 	struct ibv_wc wc;
 
 	ping(n, 1);
-	src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(src != MAP_FAILED, "mmap");
-	memset(src, 0x5a, len);
-	mr = ibv_reg_mr(n->t.pd, src, len, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(mr, "reg_mr");
+	src = unmappable(n, len, &mr);
 	net_expect(n, T_READY, "B's receive posted");
 	CHECK(munmap(src, len) == 0, "munmap");
 	CHECK(post_send1(n->qp, IBV_WR_SEND, 40, src + 64, 2 * KIB, mr->lkey, IBV_SEND_SIGNALED,
