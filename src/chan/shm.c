@@ -914,12 +914,12 @@ bool shm_kicked(struct tcp_chan *tc)
 	       atomic_exchange_explicit(&c->kick, 0, memory_order_relaxed);
 }
 
-bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len)
+bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len, bool req)
 {
 	struct shm_map_loc m;
 	uint8_t b;
 
-	if (len < SHM_PULL_MIN)
+	if (len < (req ? SHM_PULL_MIN_REQ : SHM_PULL_MIN))
 		return false;
 	/* (a peer that cannot pull may still map what is in a memfd) */
 	if (!tc->shm_pull_ok && !(tc->shm_map_ok && shm_map_find(p, len, &m)))

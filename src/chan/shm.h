@@ -205,8 +205,9 @@ bool shm_help_pending(const struct tcp_chan *tc);
  * faulted), -EPROTO (the link is broken). */
 int shm_help_drain(struct tcp_chan *tc);
 /* Should the payload piece at p (len bytes, the application's memory)
- * of a message that settles only when answered be pulled by the peer? */
-bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len);
+ * of a message that settles only when answered (req: a SEND or WRITE,
+ * else a READ response) be pulled by the peer? */
+bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len, bool req);
 /* A program thread waiting for an event sleeps on our eventfd instead of
  * the progress thread (on false), or no longer (tcp_wait.c): 0, or
  * -errno (-ENOENT: not on shm, or shut). tc->lock held. */

@@ -37,8 +37,14 @@
 					 * and small messages */
 /* Payload pieces from this size on are pulled by the peer, not copied
  * into the ring: one process_vm_readv costs about what a 16 KiB memcpy
- * does, and saves a copy. */
+ * does, and saves a copy. A SEND's or WRITE's from 12 KiB: a record the
+ * peer copies out of the ring was written into it by our core just
+ * before, and crosses between the cores line by line, where a pull
+ * reads the source as it lies (12 KiB ib_write_bw 7-10 -> 14-14.5 GB/s,
+ * ib_send_lat 2.16 -> 2.00 us); a READ response's from 16 KiB (12 KiB
+ * ib_read_bw lost a fifth pulled). */
 #define SHM_PULL_MIN	(16U * 1024U)
+#define SHM_PULL_MIN_REQ	(12U * 1024U)
 /* Remote records of ours whose outcome we track (more in flight: the
  * extra ones go untracked, and a fault there is not reported). */
 #define SHM_PEND	1024

@@ -479,7 +479,8 @@ static uint8_t piece_kind(const struct tcp_chan *tc, const struct tx_fpdu *s, in
 	if (k == 0 || k == s->niov - 1 || !s->msg || !s->msg->src)
 		return SHM_OWN;
 	if (settles_on_answer(tc, s->msg) &&
-	    shm_pullable(tc, s->iov[k].iov_base, s->iov[k].iov_len))
+	    shm_pullable(tc, s->iov[k].iov_base, s->iov[k].iov_len,
+			 s->msg->op != SR_MSG_READ_RESP))
 		return SHM_PULL;
 	return SHM_APP;
 }
