@@ -806,7 +806,8 @@ static void poll_scan(struct sr_tcp_ctx *t, struct sr_cq *cq)
 }
 
 /* A stream of another CQ's that a poller of this one may serve: up, with
- * a QP, and (at this look) on a ring. */
+ * a QP (whether it is on a ring, and polled by nobody, foreign_orphan
+ * tells as the poll goes on). */
 static bool foreign_match(const struct tcp_chan *tc, const struct sr_cq *cq)
 {
 	return tc->state == TS_UP && !tc->closed && tc->qp && !poll_match(tc, cq);

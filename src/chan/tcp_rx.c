@@ -1013,6 +1013,7 @@ void tcp_rx_poll(struct tcp_chan *tc, bool foreign)
 		tc->rx_placed = false;
 		atomic_store_explicit(&tc->rx_poll_ns, progress_now_ns(), memory_order_relaxed);
 	}
+	tc->rx_foreign = false;	/* (only while a foreign pass runs) */
 	sr_mutex_unlock(&tc->rx_lock);
 	if (why)
 		tcp_fail(tc, why);

@@ -738,17 +738,21 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 {
 	struct tcp_chan *tc = to_tc(ch);
 	struct shm_small h = { .len = (uint16_t)r->len };
-	struct iovec iov[1 + SR_MAX_SGE] = { { &h, sizeof(h) }, { (void *)r->payload, r->len } };
+	struct iovec iov[1 + SR_MAX_SGE];	/* (filled as far as used: a post's
+						 * path) */
 	int n = r->len ? 2 : 1;
 	bool ack;
 
 	if (r->len > SR_SMALL_MAX || r->niov > SR_MAX_SGE)
 		return -EAGAIN;
+	iov[0] = (struct iovec){ &h, sizeof(h) };
 	if (r->niov) {
 		/* (the gather list itself: the ring write reads it
 		 * fault-safely) */
 		memcpy(&iov[1], r->iov, sizeof(iov[0]) * (size_t)r->niov);
 		n = 1 + r->niov;
+	} else {
+		iov[1] = (struct iovec){ (void *)r->payload, r->len };
 	}
 	sr_mutex_lock(&tc->lock);
 	/* (requests also wait out a hold and the faults to report first) */
