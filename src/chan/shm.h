@@ -72,7 +72,7 @@ struct chan_stats {
 					 * request: shm_help_serve) */
 	_Atomic uint64_t poll_foreign;	/* receive passes a poller of one CQ
 					 * ran on a stream of other CQs that
-					 * nobody polled (tcp.c) */
+					 * nobody polled (tcp_poll.c) */
 };
 extern struct chan_stats chan_stats;
 

@@ -488,6 +488,9 @@ bool tcp_poll_idle(struct tcp_chan *tc, bool own);
 /* The progress thread's receive pass, every POLL_YIELD_ROUNDS rounds:
  * leave the ring to a program thread that polls (tcp_spin.c)? tc->lock. */
 bool leave_to_poller_locked(struct tcp_chan *tc);
+/* tcp.c: a stream the poller owns, still polled? If not, it goes back to
+ * the progress thread; an ACK the poller left owed goes now. tc->lock. */
+void poll_check_locked(struct tcp_chan *tc);
 
 /* A spinning thread's pause. */
 static inline void cpu_relax(void)
