@@ -233,8 +233,23 @@ void shm_link_free(struct shm_link *l);
 void shm_link_rings(struct shm_link *l, int tx, int rx, uint64_t ring_size);
 /* Off the offerer's list of links on offer (the descriptor server's). */
 void shm_offer_unlist(struct shm_link *l);
+/* The rings' memory access (struct shm_ring_io's put and pull), a
+ * mapping of the peer's memfd (io's map; shm_cache_map: through one of the
+ * link's caches), and whether the peer is still the process verified. */
+int shm_io_put(void *dst, const void *src, size_t n);
+ssize_t shm_io_pull(void *arg, const struct iovec *dst, int n, uint64_t raddr, size_t len);
+const void *shm_io_map(void *arg, uint32_t fd, uint64_t ino, uint64_t off, size_t len);
+uint8_t *shm_cache_map(struct shm_link *l, struct peer_map *maps, uint64_t *clock, int *last,
+		       int prot, uint32_t fd, uint64_t ino, uint64_t off, size_t len);
+bool shm_peer_alive(const struct shm_link *l);
+
+/* shm_help.c */
 /* The switch told whether the peer pulls from us (tc->shm_pull_ok): set
  * help_ok. tc->lock held, before the rings are read. */
 void shm_help_setup(struct tcp_chan *tc);
+/* io's help (struct shm_ring_io): the consumer's copy of a mapped record
+ * shared with the producer. */
+ssize_t shm_io_help(void *arg, void *dst, const void *src, size_t len, uint64_t raddr,
+		    const struct shm_ring_loc *loc);
 
 #endif

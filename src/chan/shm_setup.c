@@ -419,7 +419,7 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 		/* No ptrace access, or no pidfd at all (a kernel before 5.3,
 		 * a seccomp profile, valgrind): ask the offerer's descriptor
 		 * server, which checks our uid and token, and whose pid we
-		 * check. Such a link never pulls (peer_alive needs the pidfd). */
+		 * check. Such a link never pulls (shm_peer_alive needs the pidfd). */
 		int fds[3], side = -1;
 		bool nopidfd = l->pidfd < 0;
 

@@ -1,5 +1,7 @@
-/* A polling program thread's quick pass over a ring (DESIGN.md decision
- * 23, "the poller's quick pass"): when the next record is a small SEND,
+/* Small records (struct shm_small) in: what the receive pass makes of a
+ * run of them (small_run), and a polling program thread's quick pass over
+ * a ring (DESIGN.md decision 23, "the poller's quick pass"): when the
+ * next record is a small SEND,
  * a small WRITE or a lone ACK and nothing is published behind it (a
  * ping-pong's message, a sender's ACK), it is delivered without the
  * general receive pass
@@ -15,7 +17,9 @@
 
 #include <string.h>
 
-void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_msg *m)
+/* The message a small SEND record (h, its MSN checked) makes, into m
+ * (zeroed, its length set), counting the MSNs its FPDUs would. */
+static void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_msg *m)
 {
 	tc->rx_msn[DDP_QN_SEND]++;
 	m->op = SR_MSG_SEND;
@@ -30,6 +34,101 @@ void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_ms
 		m->inv_stag = h->word;
 	}
 	m->msn = tc->rx_req_msn++;
+}
+
+/* A small message from the ring (struct shm_small, shm_small.h) at a message
+ * boundary: what its FPDUs would have made (rx_ulpdu), with the same MSNs
+ * counted. out has room for two more. 1: taken, 0: none next, -EBADMSG
+ * malformed (the stream ends with TERMINATE), -ENOMEM, -EPIPE: the ring
+ * is broken. */
+static int small_take(struct tcp_chan *tc, struct rx_out *out)
+{
+	uint8_t hb[sizeof(struct shm_small)];
+	struct shm_small h;
+	struct sr_msg *m, *ack = NULL;
+	ssize_t k = shm_recv_small_begin(tc, hb, sizeof(hb));
+	int ret = -EBADMSG;
+
+	if (k <= 0)
+		return k < 0 ? -EPIPE : 0;
+	/* (the header's copy is ours: decoded once, from it; the body goes
+	 * straight into its message, and the record is released with it) */
+	if (shm_small_decode(hb, (size_t)k, &h))
+		goto drop;
+	/* RFC 5041 §5.3: MSNs per queue, in order; no message in progress */
+	if (h.op == SHM_SMALL_SEND ? tc->as_untagged || h.msn != tc->rx_msn[DDP_QN_SEND]
+				   : tc->as_active)
+		goto drop;
+	/* (everything allocated before anything is counted: a failure
+	 * leaves the stream as it was, ending it) */
+	if ((h.flags & SHM_SMALL_F_ACK) && out->answers) {
+		ack = msg_alloc(0);
+		if (ack)
+			ack->op = SR_MSG_ACK;
+		if (!ack) {
+			ret = -ENOMEM;
+			goto drop;
+		}
+	}
+	m = NULL;
+	if (h.op == SHM_SMALL_SEND) {
+		m = msg_alloc(h.len);
+		if (!m) {
+			ret = -ENOMEM;
+			goto drop;
+		}
+	} else if (h.op == SHM_SMALL_WRITE) {
+		struct ddp_hdr dh = { .tagged = true, .last = true, .opcode = RDMAP_WRITE,
+				      .stag = h.word, .to = h.to };
+
+		m = tagged_msg(tc, &dh, h.len, h.len);
+		if (!m)
+			goto drop;
+	}
+	shm_recv_small_end(tc, m ? m->payload : NULL, sizeof(h), m ? h.len : 0);
+	if (h.flags & SHM_SMALL_F_ACK) {
+		if (!ack) {
+			ack_fold(tc, out, h.ack_msn);
+		} else {
+			ack->msn = h.ack_msn;
+			ack->status = SR_ST_OK;
+			out_add(out, ack);
+			note_answer(tc, ack->msn);
+		}
+	}
+	if (!m)
+		return 1;
+	if (h.op == SHM_SMALL_SEND)
+		small_send_msg(tc, &h, m);
+	out_add(out, m);
+	return 1;
+drop:
+	if (ack)
+		msg_free(ack);
+	shm_recv_small_end(tc, NULL, 0, 0);
+	return ret;
+}
+
+/* Small messages, as many as come and out takes (as a read of FPDUs
+ * would bring): how many, or small_take's error. */
+int small_run(struct tcp_chan *tc, struct rx_out *out)
+{
+	int taken = 0;
+
+	while (out->n + 2 <= (int)ARRAY_SIZE(out->m)) {
+		int e = small_take(tc, out);
+
+		if (e < 0) {
+			taken = e;
+			break;
+		}
+		if (!e)
+			break;
+		taken++;
+	}
+	if (taken)
+		shm_recv_small_done(tc);
+	return taken;
 }
 
 int tcp_rx_fast(struct tcp_chan *tc)

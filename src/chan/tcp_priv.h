@@ -437,14 +437,19 @@ void note_answer(struct tcp_chan *tc, uint32_t msn);
  * locks held); is nothing but a positive ACK owed (tc->lock held)? */
 void ans_apply_locked(struct tcp_chan *tc);
 bool only_ack_owed(const struct tcp_chan *tc);
+/* tcp_rx.c: a positive cumulative ACK for msn that comes ahead of any
+ * other answer in out: kept as its msn (the latest covers the others). */
+void ack_fold(struct tcp_chan *tc, struct rx_out *out, uint32_t msn);
+/* tcp_fast.c: at a message boundary of a ring, the small messages that
+ * come next, as many as out takes with room for two more each (what
+ * their FPDUs would have made): how many, 0 if none, -EBADMSG malformed
+ * (the stream ends with TERMINATE), -ENOMEM, -EPIPE the ring is broken.
+ * rx_lock held. */
+int small_run(struct tcp_chan *tc, struct rx_out *out);
 /* tcp_fast.c: a poller's quick pass (rx_lock held): 1 if it delivered the
  * next record, 0 if it left everything to tcp_rx_locked, -EBADMSG if the
  * record it took is malformed (the stream ends with TERMINATE). */
 int tcp_rx_fast(struct tcp_chan *tc);
-/* tcp_fast.c: the message a small SEND record (h, its MSN checked) makes,
- * into m (zeroed, its length set), counting the MSNs its FPDUs would. */
-struct shm_small;
-void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_msg *m);
 
 /* tcp_direct.c: direct placement. direct_ok: may this stream place
  * directly (softrnic peer, no CRC)? send_begin/direct_begin start a SEND

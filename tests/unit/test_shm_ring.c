@@ -84,7 +84,7 @@ static const struct shm_ring_io io = {
 
 /* A stand-in for a memfd of the producer's: [base, base + size), as fd
  * MF_FD with inode MF_INO. locate places pieces inside it there; map
- * hands out pointers into it, checking what the channel's io_map checks
+ * hands out pointers into it, checking what the channel's shm_io_map checks
  * (the key, off + len within the size). */
 #define MF_FD	7
 #define MF_INO	4242
