@@ -778,18 +778,36 @@ static NET_UNUSED void stats_done(const char *path, bool show)
 #define STR_(x) #x
 #define STR(x) STR_(x)	/* (a round count, in what's text) */
 
+/* The same, run again (up to tries runs in all) while a pair that
+ * passed counted too few: for a count that a run reaches only most of
+ * the time (a scheduler's choice decides it), never for a failed pair. */
+static NET_UNUSED void pair_count_tries(const struct net_opts *o, net_side_fn fa, net_side_fn fb,
+					const char *field, long long lo, long long hi,
+					const char *what, int tries)
+{
+	for (int run = 1;; run++) {
+		char path[64];
+		int st = pair_with_stats(o, fa, fb, false, path);
+		long long v = stats_sum(path, field);
+		bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+
+		NOTE("%s (%s): %lld%s", what, field, v, run > 1 ? " (run again)" : "");
+		if (ok && v < lo && run < tries) {
+			stats_done(path, false);
+			continue;
+		}
+		stats_done(path, !ok || v < lo || v > hi);
+		CHECK(ok, "the pair failed (status %#x)", st);
+		CHECK(v >= lo && v <= hi, "%s (%s): %lld, want %lld to %lld", what, field, v, lo,
+		      hi);
+		return;
+	}
+}
+
 static NET_UNUSED void pair_count(const struct net_opts *o, net_side_fn fa, net_side_fn fb,
 		       const char *field, long long lo, long long hi, const char *what)
 {
-	char path[64];
-	int st = pair_with_stats(o, fa, fb, false, path);
-	long long v = stats_sum(path, field);
-	bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-
-	NOTE("%s (%s): %lld", what, field, v);
-	stats_done(path, !ok || v < lo || v > hi);
-	CHECK(ok, "the pair failed (status %#x)", st);
-	CHECK(v >= lo && v <= hi, "%s (%s): %lld, want %lld to %lld", what, field, v, lo, hi);
+	pair_count_tries(o, fa, fb, field, lo, hi, what, 1);
 }
 
 /* ---- plain TCP out-of-band (two unrelated processes, e.g. netns) ------- */
