@@ -92,7 +92,7 @@ struct sr_msg {
 	uint16_t flags;
 	uint8_t status;			/* ACK, TERMINATE */
 	uint8_t atomic_op;		/* SR_ATOMIC_* */
-	uint8_t small;			/* from msg.c's cache (msg_free) */
+	uint8_t small;			/* from msg.c's cache: 1 + its class (msg_free) */
 	uint32_t msn;
 	uint32_t stag;			/* WRITE/READ_REQ/ATOMIC: remote key */
 	uint64_t to;			/* ... and remote address */

@@ -1,5 +1,5 @@
-/* Unit tests for messages (src/core/msg.c): the per-thread cache of small
- * messages and receive-WQE copies, and msg_grow, which must keep a cached
+/* Unit tests for messages (src/core/msg.c): the per-thread cache of
+ * messages (two sizes) and receive-WQE copies, and msg_grow, which must keep a cached
  * block's size (an assembling message starts empty and grows). Under
  * AddressSanitizer the cache is compiled out and these run on malloc. */
 #include <stdarg.h>
@@ -136,6 +136,48 @@ static void freed_by_another_thread(void **state)
 	}
 }
 
+/* Messages of up to 4 KiB come from the cache's other class: taken and
+ * freed in mixed sizes of both, every block must hold its whole payload
+ * (filled all at once, then checked: two blocks that overlapped, or one
+ * of the smaller class handed out for a larger payload, would show), and
+ * one grown within its class stays, beyond it moves with its bytes. */
+static void two_classes(void **state)
+{
+	enum { N = 80 };
+	struct sr_msg *m[N];
+
+	(void)state;
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < N; i++) {
+			uint32_t len = (uint32_t)((i * 997 + round * 131) % 4097);
+
+			m[i] = msg_alloc(len);
+			assert_non_null(m[i]);
+			assert_int_equal(m[i]->len, len);
+			memset(m[i]->payload, i + round, len);
+		}
+		for (int i = 0; i < N; i++) {
+			for (uint32_t k = 0; k < m[i]->len; k++)
+				assert_int_equal(m[i]->payload[k], (uint8_t)(i + round));
+			msg_free(m[i]);
+		}
+	}
+	m[0] = msg_alloc(1000);
+	assert_non_null(m[0]);
+	fill(m[0], 0, 1000);
+	m[1] = msg_grow(m[0], 4096);
+	assert_non_null(m[1]);
+	check(m[1], 1000);
+	m[1]->len = 1000;
+	m[2] = msg_grow(m[1], 6000);
+	assert_non_null(m[2]);
+	check(m[2], 1000);
+	fill(m[2], 1000, 6000);
+	m[2]->len = 6000;
+	check(m[2], 6000);
+	msg_free(m[2]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -143,6 +185,7 @@ int main(void)
 		cmocka_unit_test(cached_blocks_keep_their_size),
 		cmocka_unit_test(rwqe_copies),
 		cmocka_unit_test(freed_by_another_thread),
+		cmocka_unit_test(two_classes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
