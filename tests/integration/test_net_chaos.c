@@ -18,6 +18,10 @@
  *   moved to ERROR to flush the rest. A's memory that no peer may write
  *   (an unregistered page, and a region registered for local access
  *   only) is untouched; both exit cleanly. Three rounds, three seeds.
+ * - scribble_uc: the same on UC QPs (WRITEs with immediate data where RC
+ *   READs): no answers, a request complete once written, messages that
+ *   find no receive dropped; B answers SENDs, and receives with
+ *   immediate data, as they come.
  */
 #include "net_common.h"
 
@@ -163,8 +167,15 @@ static int post_op(struct net_end *n, uint64_t i)
 			       n->b.mr->lkey, IBV_SEND_SIGNALED, peer, n->peer.rkey, 0);
 		break;
 	default:
-		e = post_send1(n->qp, IBV_WR_RDMA_READ, i, src, i % 6 == 2 ? 8 * KIB : 64 * KIB,
-			       n->b.mr->lkey, IBV_SEND_SIGNALED, peer, n->peer.rkey, 0);
+		/* (UC has no READs: a WRITE with immediate data instead) */
+		if (n->o.type == IBV_QPT_UC)
+			e = post_send1(n->qp, IBV_WR_RDMA_WRITE_WITH_IMM, i, src,
+				       i % 6 == 2 ? 8 * KIB : 64 * KIB, n->b.mr->lkey,
+				       IBV_SEND_SIGNALED, peer, n->peer.rkey, (uint32_t)i);
+		else
+			e = post_send1(n->qp, IBV_WR_RDMA_READ, i, src,
+				       i % 6 == 2 ? 8 * KIB : 64 * KIB, n->b.mr->lkey,
+				       IBV_SEND_SIGNALED, peer, n->peer.rkey, 0);
 		break;
 	}
 	return e;
@@ -358,13 +369,14 @@ static void scribble_b(struct net_end *n)
 	net_put(n, T_DONE + 1);
 }
 
-static void sub_scribble(void)
+static void scribble_rounds(enum ibv_qp_type type)
 {
 	struct net_opts o = net_opts_default();
 
 	o.buf_len = XFER + 128 * KIB;
 	o.max_send_wr = 64;
 	o.max_recv_wr = 64;
+	o.type = type;
 	/* (CHAOS_ROUNDS=n for more: a search, not part of the suite) */
 	int rounds = getenv("CHAOS_ROUNDS") ? atoi(getenv("CHAOS_ROUNDS")) : 3;
 
@@ -374,10 +386,21 @@ static void sub_scribble(void)
 	}
 }
 
+static void sub_scribble(void)
+{
+	scribble_rounds(IBV_QPT_RC);
+}
+
+static void sub_scribble_uc(void)
+{
+	scribble_rounds(IBV_QPT_UC);
+}
+
 int main(int argc, char **argv)
 {
 	struct subtest tests[] = {
 		{ "scribble", sub_scribble },
+		{ "scribble_uc", sub_scribble_uc },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
