@@ -303,6 +303,11 @@ ssize_t shm_ring_write(struct shm_ring *r, const struct iovec *iov, const uint8_
 	bool fault = false, mapped = false;
 	struct shm_ring_loc loc = { 0 };
 
+	/* (every return says how many notes: a corrupt head returns before
+	 * anything is written, and the caller read the capacity it passed
+	 * as a count of garbage notes: test_net_chaos crashed on it) */
+	if (notes)
+		*nnotes = 0;
 	/* (what we saw is never ahead of the truth: free space is only
 	 * underestimated, and with half the ring free a record fits) */
 	if (pos - head > r->size / 2)

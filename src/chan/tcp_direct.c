@@ -134,12 +134,13 @@ ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *
 		uint8_t rb[sizeof(struct sr_rwqe) + SR_MAX_SGE * sizeof(struct ibv_sge)];
 		struct sr_rwqe *r = (struct sr_rwqe *)rb;
 		struct sr_msg *m;
+		uint32_t gen;
 		size_t rsz;
 		int k;
 
 		if (sd->active || tc->as_untagged)
 			return -EBADMSG;
-		k = qp_place_send(qp, r, sd->iov, sd->refs, SR_MAX_SGE);
+		k = qp_place_send(qp, r, sd->iov, sd->refs, SR_MAX_SGE, &gen);
 		if (k == -EAGAIN)
 			return -EAGAIN;
 		/* (the WQE's own SGEs, not the most there may be) */
@@ -154,6 +155,7 @@ ssize_t send_begin(struct tcp_chan *tc, struct sr_qp *qp, const struct ddp_hdr *
 			return -ENOMEM;
 		}
 		memcpy(m->rwqe, r, rsz);
+		m->lent_gen = gen;
 		m->op = SR_MSG_SEND;
 		send_flags(m, h);
 		/* sd->iov and refs were filled by qp_place_send */

@@ -106,6 +106,7 @@ struct sr_msg {
 	struct sr_rwqe *rwqe;		/* SEND placed directly: its receive
 					 * WQE (owned, from msg_rwqe_alloc;
 					 * freed with the msg) */
+	uint32_t lent_gen;		/* ... lent as the QP's lent_gen was */
 	/* Payload by reference (zero copy): len bytes in the application's
 	 * registered memory, kept busy (refs) until the message is freed. */
 	struct sr_msg_src *src;

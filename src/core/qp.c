@@ -428,6 +428,7 @@ static void qp_reset_locked(struct sr_qp *qp)
 	qp->sq_head = qp->sq_next = qp->sq_tail = 0;
 	atomic_store(&qp->sq_reaped, 0);
 	qp->rq.head = qp->rq.tail = 0;
+	qp_rx_lent_flush_locked(qp, false);
 	qp->ssn = 0;
 	qp->rx_expect_msn = 0;
 	qp->peer_gone = false;

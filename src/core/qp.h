@@ -33,6 +33,10 @@ enum sr_swqe_state {
 	SR_WQE_DONE,		/* has its final status */
 };
 
+/* Receive WQEs a QP lends its channel at once (struct sr_qp lent_wr):
+ * one SEND being placed and those of a receive pass (struct rx_out). */
+#define SR_LENT_MAX 128
+
 struct sr_swqe {
 	uint64_t wr_id;
 	uint32_t opcode;		/* enum ibv_wr_opcode */
@@ -94,6 +98,15 @@ struct sr_qp {
 
 	/* receive queue (unless srq) */
 	struct sr_rq rq;
+
+	/* responder: receive WQEs a channel took to place a SEND straight
+	 * into (qp_place_send), not delivered yet, oldest first: their
+	 * wr_ids, flushed ahead of the receive queue if the QP goes to ERROR
+	 * first (else nothing would ever complete them: the message of a
+	 * stream that died, or that comes after). lent_gen counts those
+	 * flushes (and resets): a message lent before one is complete. */
+	uint64_t lent_wr[SR_LENT_MAX];
+	uint32_t lent_head, lent_tail, lent_gen;
 
 	/* responder: inbound requests that wait for a receive WQE (RNR) */
 	struct sr_list rx_pending;
@@ -260,6 +273,10 @@ void qp_tx_written(struct sr_qp *qp, uint32_t msn);
 void qp_rnr_arm_locked(struct sr_qp *qp, uint32_t msn, uint8_t timer);
 /* Drop every parked request. Caller holds qp->lock. */
 void qp_rx_pending_clear_locked(struct sr_qp *qp);
+/* The receive WQEs lent to the channel (qp_place_send) and not delivered:
+ * completed as flushed (complete), or forgotten (a reset), and every
+ * message that would deliver one made stale. qp->lock held. */
+void qp_rx_lent_flush_locked(struct sr_qp *qp, bool complete);
 /* Requests parked for receive WQEs hold more than SR_RX_BACKLOG bytes: a
  * channel should stop reading from the peer until receives are posted
  * (back-pressure, so no peer can make us buffer without bound). */
@@ -282,9 +299,12 @@ int qp_place_write(struct sr_qp *qp, uint32_t stag, uint64_t to, uint32_t len,
 /* A SEND about to arrive: takes the next receive WQE into r (room for
  * SR_MAX_SGE) and resolves its buffers. -EAGAIN: none now, deliver the
  * SEND as a message (it parks); -EFAULT: r was taken but a buffer is not
- * writable (complete it with SR_MSGF_PLACE_ERR). */
+ * writable (complete it with SR_MSGF_PLACE_ERR). A WQE taken is lent:
+ * *gen goes into the message (msg->lent_gen) that delivers it; should
+ * the QP go to ERROR first, it is flushed then, and that message's
+ * delivery completes nothing. */
 int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
-		  struct sr_mref *refs, int max);
+		  struct sr_mref *refs, int max, uint32_t *gen);
 int qp_place_read(struct sr_qp *qp, uint32_t msn, uint64_t off, uint32_t len,
 		  struct iovec *iov, struct sr_mref *refs, int max);
 

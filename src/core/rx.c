@@ -220,7 +220,11 @@ static enum rx_result rx_send(struct sr_qp *qp, struct sr_msg *m)
 	enum ibv_wc_status st;
 
 	if (m->rwqe) {
-		/* placed by the channel (qp_place_send) */
+		/* placed by the channel (qp_place_send); flushed already if
+		 * the QP was in ERROR since (or reset) */
+		if (m->lent_gen != qp->lent_gen || qp->lent_head == qp->lent_tail)
+			return RX_DONE;
+		qp->lent_head++;
 		r = m->rwqe;
 		m->len = m->placed;
 		st = (m->flags & SR_MSGF_TOO_LONG) ? IBV_WC_LOC_LEN_ERR :
@@ -303,7 +307,7 @@ static enum rx_result rx_write(struct sr_qp *qp, struct sr_msg *m)
 }
 
 int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
-		  struct sr_mref *refs, int max)
+		  struct sr_mref *refs, int max, uint32_t *gen)
 {
 	int n = 0;
 
@@ -312,11 +316,13 @@ int qp_place_send(struct sr_qp *qp, struct sr_rwqe *r, struct iovec *iov,
 	 * and so does all of a context imported from another process: its
 	 * regions may be that process's memory (qp_zcopy_ok). */
 	if (qp->state < IBV_QPS_RTR || qp->state > IBV_QPS_SQE || qp->xdom ||
-	    !qp_zcopy_ok(qp) ||
+	    !qp_zcopy_ok(qp) || qp->lent_tail - qp->lent_head >= SR_LENT_MAX ||
 	    !sr_list_empty(&qp->rx_pending) || !take_rwqe(qp, r)) {
 		sr_mutex_unlock(&qp->lock);
 		return -EAGAIN;
 	}
+	qp->lent_wr[qp->lent_tail++ % SR_LENT_MAX] = r->wr_id;
+	*gen = qp->lent_gen;
 	for (uint32_t i = 0; i < r->num_sge && i < (uint32_t)max; i++) {
 		struct ibv_sge *s = &r->sge[i];
 
@@ -755,6 +761,22 @@ static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 	 * channel flushes it after this delivery). */
 	if (qp->chan && qp->state == IBV_QPS_RTS && qp->sq_next != qp->sq_tail)
 		qp_sq_progress_locked(qp);
+}
+
+void qp_rx_lent_flush_locked(struct sr_qp *qp, bool complete)
+{
+	for (; qp->lent_head != qp->lent_tail; qp->lent_head++) {
+		struct ibv_wc wc = {
+			.wr_id = qp->lent_wr[qp->lent_head % SR_LENT_MAX],
+			.status = IBV_WC_WR_FLUSH_ERR,
+			.opcode = IBV_WC_RECV,
+			.qp_num = qp->ibqp.qp_base.qp_num,
+		};
+
+		if (complete)
+			cq_push(qp->rcq, &wc, false);
+	}
+	qp->lent_gen++;
 }
 
 void qp_rx_pending_clear_locked(struct sr_qp *qp)

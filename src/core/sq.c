@@ -116,6 +116,8 @@ void qp_to_error_locked(struct sr_qp *qp)
 		qp->sq_head++;
 	}
 	qp->sq_next = qp->sq_tail;
+	/* (those the channel took first: they came off the queue first) */
+	qp_rx_lent_flush_locked(qp, true);
 	if (!qp->srq) {
 		while (qp->rq.head != qp->rq.tail) {
 			struct sr_rwqe *r = rq_at(&qp->rq, qp->rq.head);

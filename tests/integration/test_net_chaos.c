@@ -7,8 +7,10 @@
  *
  * - scribble: once both rings have carried a record, a thread of B's
  *   writes random bytes at random places of the shared area (through a
- *   mapping of its own, which outlives the library's), sparse for a
- *   while, then dense, while A posts SENDs of 64 B and 3 KiB, WRITEs of 4
+ *   mapping of its own, which outlives the library's: anywhere, or in
+ *   rounds of a second style also in the header's indices and help
+ *   boards and just ahead of a ring's head),
+ *   sparse for a while, then dense, while A posts SENDs of 64 B and 3 KiB, WRITEs of 4
  *   and 40 KiB and READs of 8 and 64 KiB (small records, inline and
  *   pulled ones, READ responses) and B answers every SEND with one. Both
  *   processes read what the other side's library and B's thread wrote.
@@ -253,6 +255,7 @@ struct scribbler {
 	uint8_t *p;
 	size_t len;
 	unsigned int seed;
+	int style;		/* 0: anywhere; 1: aimed, some of the time */
 	atomic_bool stop;
 	uint64_t writes;
 };
@@ -267,9 +270,29 @@ static void *scribble(void *arg)
 		int n = burst ? 64 : 1;
 
 		for (int k = 0; k < n; k++) {
-			/* (past the magic, anywhere: headers, indices, flags,
-			 * records, the help board) */
 			size_t at = 16 + (size_t)rand_r(&s->seed) % (s->len - 24);
+			unsigned int where = s->style ? (unsigned int)rand_r(&s->seed) % 16 : 0;
+			uint64_t size, head;
+
+			/* Past the magic: anywhere (records, stale or not);
+			 * in rounds of the second style also in the header
+			 * (indices, flags, the help boards), one in 16, and
+			 * just ahead of a ring's head (the records to be read
+			 * next), two in 16: those break the link within a few
+			 * ms, the first style's in a quarter of a second. */
+			if (where == 1) {
+				at = 16 + (size_t)rand_r(&s->seed) % (4 * KIB - 24);
+			} else if (where == 2 || where == 3) {
+				int i = rand_r(&s->seed) & 1;
+
+				memcpy(&size, s->p + 8, sizeof(size));
+				memcpy(&head, s->p + 128 + 192 * i, sizeof(head));
+				if (size && !(size & (size - 1)) && 4 * KIB + 2 * size <= s->len)
+					at = 4 * KIB + (size_t)i * size +
+					     ((head + (uint64_t)(rand_r(&s->seed) % 512)) & (size - 1));
+			}
+			if (at > s->len - 8)
+				at = s->len - 8;
 
 			if (rand_r(&s->seed) & 1)
 				s->p[at] = (uint8_t)rand_r(&s->seed);
@@ -313,7 +336,8 @@ static bool oob_ready(struct net_end *n)
 
 static void scribble_b(struct net_end *n)
 {
-	struct scribbler s = { .seed = (unsigned int)seed_of_round };
+	struct scribbler s = { .seed = (unsigned int)seed_of_round,
+			       .style = (int)(seed_of_round & 1) };
 	uint8_t *base = NULL;
 	pthread_t t;
 	int fd, sends = 0, recvs = 0, answered = 0;
@@ -381,7 +405,7 @@ static void scribble_rounds(enum ibv_qp_type type)
 	int rounds = getenv("CHAOS_ROUNDS") ? atoi(getenv("CHAOS_ROUNDS")) : 3;
 
 	for (int round = 0; round < rounds; round++) {
-		seed_of_round = 1000 + (uint64_t)round * 7919;
+		seed_of_round = 1000 + (uint64_t)round * 7919;	/* (odd, even: both styles) */
 		net_fork_run(&o, scribble_a, scribble_b);
 	}
 }

@@ -547,6 +547,60 @@ struct pcase {
 
 #define CASE(name, opts) { #name, opts, name##_a, name##_b }
 
+/* ---- SIGKILL in the middle of a SEND being placed ----------------------- */
+
+/* B's SEND of 256 MiB lands straight in A's first receive (the channel
+ * took its WQE: direct placement); once its first bytes are there, A
+ * kills B. Both receives complete, in order, with errors, within
+ * LOST_MS: the one half filled too (the channel held its WQE, and the
+ * QP's flush on ERROR once missed it: it never completed). */
+#define MID_SEND (256 * MIB)
+
+static void mid_send_opts(struct net_opts *o)
+{
+	o->buf_len = MID_SEND;
+}
+
+static void killed_mid_send_a(struct net_end *n)
+{
+	volatile uint64_t *first = (volatile uint64_t *)n->b.p;
+	struct ibv_wc wc;
+	uint64_t t0, deadline;
+
+	memset(n->b.p, 0, 4096);
+	post_recv1(n->qp, 0xb0, n->b.p, MID_SEND, n->b.mr->lkey);
+	post_recv1(n->qp, 0xb1, n->b.p, MID_SEND, n->b.mr->lkey);
+	net_put(n, T_READY);
+	deadline = now_ms() + DEADLINE_MS;
+	while (!*first && now_ms() < deadline)
+		;
+	CHECK(*first, "no byte of B's SEND landed");
+	t0 = now_ms();
+	kill_child(n);
+	for (uint64_t id = 0xb0; id <= 0xb1; id++) {
+		CHECK(poll_one(n->rcq, &wc, LOST_MS),
+		      "receive %#llx never completed after the peer died mid-SEND",
+		      (unsigned long long)id);
+		CHECK(wc.wr_id == id, "receive completion for %#llx, want %#llx (in order)",
+		      (unsigned long long)wc.wr_id, (unsigned long long)id);
+		CHECK(wc.status != IBV_WC_SUCCESS, "receive %#llx: success, from a SEND cut short",
+		      (unsigned long long)id);
+	}
+	NOTE("both receives completed %llu ms after the kill (the first: %s)",
+	     (unsigned long long)(now_ms() - t0), "an error");
+	wait_err(n->qp, DEADLINE_MS, "QP after its peer died");
+}
+
+static void killed_mid_send_b(struct net_end *n)
+{
+	fill_pattern(n->b.p, MID_SEND, 9);
+	net_expect(n, T_READY, "A's receives posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 1, n->b.p, MID_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	pause();
+	exit(1);
+}
+
 static const struct pcase cases[] = {
 	CASE(peer_killed, NULL),
 	CASE(killed_streaming, killed_streaming_opts),
@@ -556,6 +610,7 @@ static const struct pcase cases[] = {
 	CASE(dereg_after_kill, dereg_after_kill_opts),
 	CASE(held_close, held_close_opts),
 	CASE(sqd_drain, NULL),
+	CASE(killed_mid_send, mid_send_opts),
 };
 
 static void run_case(size_t i)
@@ -568,7 +623,7 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8)
 
 int main(int argc, char **argv)
 {
@@ -577,6 +632,7 @@ int main(int argc, char **argv)
 		{ cases[2].name, sub2 }, { cases[3].name, sub3 },
 		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
 		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
+		{ cases[8].name, sub8 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));

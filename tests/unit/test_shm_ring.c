@@ -1171,6 +1171,16 @@ static void corrupt_indices(void **state)
 	assert_int_equal(put1(f, "x", 1, SHM_OWN), -EPROTO);
 	atomic_store(&f->ctl.head, (uint64_t)-RING);	/* behind by more than the ring */
 	assert_int_equal(put1(f, "x", 1, SHM_OWN), -EPROTO);
+	/* ... and says it noted nothing (the caller reads its notes by the
+	 * count: left at the capacity it passed, it read garbage) */
+	struct shm_rec_note notes[4];
+	struct iovec v = { big, 65536 };
+	uint8_t kind = SHM_PULL;
+	int nn = 4;
+
+	memset(notes, 0xee, sizeof(notes));
+	assert_int_equal(shm_ring_write(&f->tx, &v, &kind, 1, &io, notes, &nn), -EPROTO);
+	assert_int_equal(nn, 0);
 }
 
 /* Random bytes in the whole shared area: every read ends in bytes that
