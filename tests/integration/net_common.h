@@ -705,6 +705,51 @@ static NET_UNUSED size_t shm_mapping(uint8_t **base)
 	return len;
 }
 
+/* Both rings of the shared area (shm_mapping) have carried a record: a
+ * line of each that is not all zeros (a small record's header word is
+ * zeroed again as it is read, its body is left), so the switch is done
+ * both ways. Before it, a scribble there would be written over by the
+ * rings' first records and never be seen (the offerer maps the rings at
+ * the offer; the first SENDs may still go on TCP). The rings follow the
+ * 4 KiB header, two of a size. */
+static NET_UNUSED bool shm_line_used(const uint8_t *p)
+{
+	for (int i = 0; i < 64; i++)
+		if (p[i])
+			return true;
+	return false;
+}
+
+static NET_UNUSED bool shm_rings_used(const uint8_t *base, size_t len)
+{
+	size_t ring = (len - 4 * KIB) / 2;
+
+	return shm_line_used(base + 4 * KIB) && shm_line_used(base + 4 * KIB + ring);
+}
+
+/* A descriptor of the rings' memfd (the shared area at base, len bytes),
+ * read-write: one the library keeps (the offerer does), or the mapping's
+ * (/proc/self/map_files, CAP_SYS_ADMIN); -1 if neither. */
+static NET_UNUSED int shm_rings_fd(const uint8_t *base, size_t len)
+{
+	char path[128], link[256];
+
+	for (int i = 3; i < 1024; i++) {
+		ssize_t k;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", i);
+		k = readlink(path, link, sizeof(link) - 1);
+		if (k > 0) {
+			link[k] = 0;
+			if (strstr(link, "memfd:softrnic-shm"))
+				return open(path, O_RDWR | O_CLOEXEC);
+		}
+	}
+	snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx",
+		 (unsigned long)(uintptr_t)base, (unsigned long)(uintptr_t)(base + len));
+	return open(path, O_RDWR | O_CLOEXEC);
+}
+
 /* ---- counts: the stats line each side prints (SOFTRNIC_STATS=1) -------- */
 
 /* The sum of FIELD over the stats lines in the file at path; -1 if none. */

@@ -49,23 +49,6 @@ enum { T_USED = 0x100, T_GO = 0x200, T_DONE = 0x300 };
 
 static uint64_t seed_of_round;
 
-/* Both rings have carried a record (test_net_shm's rings_used): a line
- * of each that is not all zeros. The rings follow a 4 KiB header. */
-static bool line_used(const uint8_t *p)
-{
-	for (int i = 0; i < 64; i++)
-		if (p[i])
-			return true;
-	return false;
-}
-
-static bool rings_used(const uint8_t *base, size_t len)
-{
-	size_t ring = (len - 4 * KIB) / 2;
-
-	return line_used(base + 4 * KIB) && line_used(base + 4 * KIB + ring);
-}
-
 /* One SEND each way, receives at off. */
 static void ping(struct net_end *n, uint64_t id)
 {
@@ -98,7 +81,7 @@ static size_t until_used_b(struct net_end *n, uint8_t **base)
 
 		ping(n, id);
 		len = shm_mapping(base);
-		used = len && rings_used(*base, len);
+		used = len && shm_rings_used(*base, len);
 		net_put(n, used);
 		if (used)
 			return len;
@@ -305,28 +288,6 @@ static void *scribble(void *arg)
 	return NULL;
 }
 
-/* A descriptor of the rings' memfd: one the library keeps, or the
- * mapping's (/proc/self/map_files, CAP_SYS_ADMIN); -1 if neither. */
-static int rings_fd(const uint8_t *base, size_t len)
-{
-	char path[128], link[256];
-
-	for (int i = 3; i < 1024; i++) {
-		ssize_t k;
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", i);
-		k = readlink(path, link, sizeof(link) - 1);
-		if (k > 0) {
-			link[k] = 0;
-			if (strstr(link, "memfd:softrnic-shm"))
-				return open(path, O_RDWR | O_CLOEXEC);
-		}
-	}
-	snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx",
-		 (unsigned long)(uintptr_t)base, (unsigned long)(uintptr_t)(base + len));
-	return open(path, O_RDWR | O_CLOEXEC);
-}
-
 static bool oob_ready(struct net_end *n)
 {
 	struct pollfd p = { .fd = n->fd, .events = POLLIN };
@@ -344,7 +305,7 @@ static void scribble_b(struct net_end *n)
 	bool err = false;
 	size_t len = until_used_b(n, &base);
 
-	fd = rings_fd(base, len);
+	fd = shm_rings_fd(base, len);
 	net_put(n, fd >= 0);
 	if (fd < 0)
 		return;

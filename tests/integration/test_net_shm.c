@@ -212,27 +212,6 @@ static void used_b(struct net_end *n) { traffic_b(n, true); }
 static void off_a(struct net_end *n) { traffic_a(n, false); }
 static void off_b(struct net_end *n) { traffic_b(n, false); }
 
-/* Both rings have carried a record (each ring's first line is written:
- * a small record's header word is zeroed again as it is read, its body
- * is left): the switch is done both ways. Before it, a scribble would be
- * written over by the rings' first records and never be seen (the
- * offerer maps the rings at the offer; ping's SENDs may still go on
- * TCP). The rings follow the 4 KiB header, two of a size. */
-static bool line_used(const uint8_t *p)
-{
-	for (int i = 0; i < 64; i++)
-		if (p[i])
-			return true;
-	return false;
-}
-
-static bool rings_used(const uint8_t *base, size_t len)
-{
-	size_t ring = (len - 4 * KIB) / 2;
-
-	return line_used(base + 4 * KIB) && line_used(base + 4 * KIB + ring);
-}
-
 static void corrupt_a(struct net_end *n)
 {
 	struct ibv_wc wc;
@@ -284,7 +263,7 @@ static void corrupt_b(struct net_end *n)
 
 		ping(n, id);
 		len = shm_mapping(&base);
-		used = len && rings_used(base, len);
+		used = len && shm_rings_used(base, len);
 		net_put(n, used);
 		if (used)
 			break;
@@ -664,28 +643,12 @@ static void try_shrink(struct net_end *n)
 {
 	uint8_t *base = NULL;
 	size_t len;
-	char path[128], link[256];
-	int fd = -1;
+	int fd;
 
 	ping(n, 1);
 	len = shm_mapping(&base);
 	CHECK(len, "the rings are not mapped");
-	for (int i = 3; i < 1024 && fd < 0; i++) {
-		ssize_t k;
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", i);
-		k = readlink(path, link, sizeof(link) - 1);
-		if (k > 0) {
-			link[k] = 0;
-			if (strstr(link, "memfd:softrnic-shm"))
-				fd = open(path, O_RDWR | O_CLOEXEC);
-		}
-	}
-	if (fd < 0) {
-		snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx",
-			 (unsigned long)(uintptr_t)base, (unsigned long)(uintptr_t)(base + len));
-		fd = open(path, O_RDWR | O_CLOEXEC);
-	}
+	fd = shm_rings_fd(base, len);
 	if (fd >= 0) {
 		CHECK(ftruncate(fd, 4096) != 0 && errno == EPERM,
 		      "the shared rings' memfd could be shrunk (%s)", strerror(errno));
