@@ -7,9 +7,10 @@
  *
  * - scribble: once both rings have carried a record, a thread of B's
  *   writes random bytes at random places of the shared area (through a
- *   mapping of its own, which outlives the library's: anywhere, or in
- *   rounds of a second style also in the header's indices and help
- *   boards and just ahead of a ring's head),
+ *   mapping of its own, which outlives the library's: anywhere; or, in
+ *   rounds of a second style, also in the header's indices and help
+ *   boards and just ahead of a ring's head; or, in a third, often in
+ *   the help boards),
  *   sparse for a while, then dense, while A posts SENDs of 64 B and 3 KiB, WRITEs of 4
  *   and 40 KiB and READs of 8 and 64 KiB (small records, inline and
  *   pulled ones, READ responses) and B answers every SEND with one. Both
@@ -238,7 +239,8 @@ struct scribbler {
 	uint8_t *p;
 	size_t len;
 	unsigned int seed;
-	int style;		/* 0: anywhere; 1: aimed, some of the time */
+	int style;		/* 0: anywhere; 1: aimed, some of the time;
+				 * 2: the help boards, some of the time */
 	atomic_bool stop;
 	uint64_t writes;
 };
@@ -254,7 +256,7 @@ static void *scribble(void *arg)
 
 		for (int k = 0; k < n; k++) {
 			size_t at = 16 + (size_t)rand_r(&s->seed) % (s->len - 24);
-			unsigned int where = s->style ? (unsigned int)rand_r(&s->seed) % 16 : 0;
+			unsigned int where = s->style == 1 ? (unsigned int)rand_r(&s->seed) % 16 : 0;
 			uint64_t size, head;
 
 			/* Past the magic: anywhere (records, stale or not);
@@ -262,8 +264,13 @@ static void *scribble(void *arg)
 			 * (indices, flags, the help boards), one in 16, and
 			 * just ahead of a ring's head (the records to be read
 			 * next), two in 16: those break the link within a few
-			 * ms, the first style's in a quarter of a second. */
-			if (where == 1) {
+			 * ms, the first style's in a quarter of a second. The
+			 * third style writes the help boards (the header past
+			 * its indices) one time in four: requests posted,
+			 * taken, done. */
+			if (s->style == 2 && rand_r(&s->seed) % 4 == 0) {
+				at = 448 + (size_t)rand_r(&s->seed) % (4 * KIB - 448 - 8);
+			} else if (where == 1) {
 				at = 16 + (size_t)rand_r(&s->seed) % (4 * KIB - 24);
 			} else if (where == 2 || where == 3) {
 				int i = rand_r(&s->seed) & 1;
@@ -298,7 +305,7 @@ static bool oob_ready(struct net_end *n)
 static void scribble_b(struct net_end *n)
 {
 	struct scribbler s = { .seed = (unsigned int)seed_of_round,
-			       .style = (int)(seed_of_round & 1) };
+			       .style = (int)(seed_of_round % 3) };
 	uint8_t *base = NULL;
 	pthread_t t;
 	int fd, sends = 0, recvs = 0, answered = 0;
@@ -362,11 +369,13 @@ static void scribble_rounds(enum ibv_qp_type type)
 	o.max_send_wr = 64;
 	o.max_recv_wr = 64;
 	o.type = type;
-	/* (CHAOS_ROUNDS=n for more: a search, not part of the suite) */
+	/* (CHAOS_ROUNDS=n for more, CHAOS_SEED=s for others: a search, not
+	 * part of the suite; a subtest has 25 s) */
 	int rounds = getenv("CHAOS_ROUNDS") ? atoi(getenv("CHAOS_ROUNDS")) : 3;
+	uint64_t base = getenv("CHAOS_SEED") ? strtoull(getenv("CHAOS_SEED"), NULL, 0) : 1000;
 
 	for (int round = 0; round < rounds; round++) {
-		seed_of_round = 1000 + (uint64_t)round * 7919;	/* (odd, even: both styles) */
+		seed_of_round = base + (uint64_t)round * 7919;	/* (every style in 3 rounds) */
 		net_fork_run(&o, scribble_a, scribble_b);
 	}
 }
