@@ -17,10 +17,19 @@
 
 #include <string.h>
 
-/* The message a small SEND record (h, its MSN checked) makes, into m
- * (zeroed, its length set), counting the MSNs its FPDUs would. */
-static void small_send_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_msg *m)
+/* The message a small SEND or WRITE record (h, its MSN checked; no
+ * segment of a message under way) makes, into m (zeroed, its length
+ * set), counting the MSNs its FPDUs would: a WRITE as tagged_msg makes
+ * a whole one. */
+static void small_msg(struct tcp_chan *tc, const struct shm_small *h, struct sr_msg *m)
 {
+	if (h->op == SHM_SMALL_WRITE) {
+		m->op = SR_MSG_WRITE;
+		m->msn = tc->rx_req_msn++;
+		m->stag = h->word;
+		m->to = h->to;
+		return;
+	}
 	tc->rx_msn[DDP_QN_SEND]++;
 	m->op = SR_MSG_SEND;
 	if (h->flags & SHM_SMALL_F_SE)
@@ -71,19 +80,12 @@ static int small_take(struct tcp_chan *tc, struct rx_out *out)
 		}
 	}
 	m = NULL;
-	if (h.op == SHM_SMALL_SEND) {
+	if (h.op != SHM_SMALL_ACK) {
 		m = msg_alloc(h.len);
 		if (!m) {
 			ret = -ENOMEM;
 			goto drop;
 		}
-	} else if (h.op == SHM_SMALL_WRITE) {
-		struct ddp_hdr dh = { .tagged = true, .last = true, .opcode = RDMAP_WRITE,
-				      .stag = h.word, .to = h.to };
-
-		m = tagged_msg(tc, &dh, h.len, h.len);
-		if (!m)
-			goto drop;
 	}
 	shm_recv_small_end(tc, m ? m->payload : NULL, sizeof(h), m ? h.len : 0);
 	if (h.flags & SHM_SMALL_F_ACK) {
@@ -98,8 +100,7 @@ static int small_take(struct tcp_chan *tc, struct rx_out *out)
 	}
 	if (!m)
 		return 1;
-	if (h.op == SHM_SMALL_SEND)
-		small_send_msg(tc, &h, m);
+	small_msg(tc, &h, m);
 	out_add(out, m);
 	return 1;
 drop:
@@ -186,16 +187,7 @@ int tcp_rx_fast(struct tcp_chan *tc)
 		memset(m, 0, sizeof(*m));
 		sr_list_init(&m->link);
 		m->len = h.len;
-		if (h.op == SHM_SMALL_SEND) {
-			small_send_msg(tc, &h, m);
-		} else {
-			/* a whole WRITE (no segment of one is under way:
-			 * as_active, above), as tagged_msg makes it */
-			m->op = SR_MSG_WRITE;
-			m->msn = tc->rx_req_msn++;
-			m->stag = h.word;
-			m->to = h.to;
-		}
+		small_msg(tc, &h, m);	/* (no segment under way: as_active) */
 		shm_recv_small_end(tc, m->payload, sizeof(h), h.len);
 	} else {
 		shm_recv_small_end(tc, NULL, 0, 0);

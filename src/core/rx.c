@@ -765,7 +765,7 @@ static void rx_response(struct sr_qp *qp, struct sr_msg *m)
 
 void qp_rx_lent_flush_locked(struct sr_qp *qp, bool complete)
 {
-	for (; qp->lent_head != qp->lent_tail; qp->lent_head++) {
+	for (; complete && qp->lent_head != qp->lent_tail; qp->lent_head++) {
 		struct ibv_wc wc = {
 			.wr_id = qp->lent_wr[qp->lent_head % SR_LENT_MAX],
 			.status = IBV_WC_WR_FLUSH_ERR,
@@ -773,9 +773,9 @@ void qp_rx_lent_flush_locked(struct sr_qp *qp, bool complete)
 			.qp_num = qp->ibqp.qp_base.qp_num,
 		};
 
-		if (complete)
-			cq_push(qp->rcq, &wc, false);
+		cq_push(qp->rcq, &wc, false);
 	}
+	qp->lent_head = qp->lent_tail;
 	qp->lent_gen++;
 }
 
