@@ -370,6 +370,14 @@ bool shm_pulls_sent(const struct tcp_chan *tc)
 	return tc->shm && atomic_load_explicit(&tc->shm->pulls_sent, memory_order_acquire);
 }
 
+bool shm_pulls_owed(const struct tcp_chan *tc)
+{
+	const struct shm_link *l = tc->shm;
+
+	return l && tc->shm_tx && !l->broken &&
+	       (int64_t)(l->pull_hi - shm_ring_released(&l->tx)) > 0 && shm_peer_alive(l);
+}
+
 void shm_faults_locked(struct tcp_chan *tc)
 {
 	struct shm_link *l = tc->shm;
@@ -440,6 +448,8 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
 		}
 		k = shm_ring_write(&l->tx, iov, kinds, n, &l->io, notes, &nn);
 		note_pulls(l, notes, nn, msns);
+		if (nn > 0)
+			l->pull_hi = l->tx.pos;
 		if (k > 0) {
 			wake_if(l->tx.ctl, l->efd_peer);
 			return k;

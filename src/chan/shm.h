@@ -124,6 +124,10 @@ void shm_faults_locked(struct tcp_chan *tc);
  * shm_faults_locked may find something)? No lock needed: read after an
  * answer came in, it sees every record that answer could be to. */
 bool shm_pulls_sent(const struct tcp_chan *tc);
+/* Does the peer, alive and reading, still have to pull bytes of remote
+ * records we wrote (they are in our memory: not after we exit, nor once
+ * the program reuses a buffer it had us send)? tc->lock held. */
+bool shm_pulls_owed(const struct tcp_chan *tc);
 /* The last shm_send found the ring full, and the consumer has released
  * nothing since: the next would write nothing (a look at one word).
  * tc->lock held. */

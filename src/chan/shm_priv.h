@@ -181,6 +181,9 @@ struct shm_link {
 	/* ever wrote a remote record: set before the record is published,
 	 * so whoever reads an answer to it sees this set */
 	_Atomic bool pulls_sent;
+	/* our tx position after the last remote record written: the peer
+	 * pulls from our memory until its head passes this (tc->lock) */
+	uint64_t pull_hi;
 	/* shm_send found the ring full with the consumer's head here
 	 * (tx_stuck): until it moves, another try writes nothing either
 	 * (tc->lock) */

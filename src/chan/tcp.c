@@ -387,6 +387,14 @@ void tcp_fail(struct tcp_chan *tc, const char *why)
 	chan_put(&tc->ch);
 }
 
+/* Has the peer shut its end of this socket (or reset it)? */
+static bool socket_ended(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
 /* Before closing: write what is queued (answers the peer is owed, the
  * goodbye), waiting at most a second for room, then send FIN. Caller
  * holds tc->lock. */
@@ -418,6 +426,22 @@ void tcp_drain_locked(struct tcp_chan *tc)
 		if (now >= until || poll(&pfd, 1, (int)((until - now) / 1000000) + 1) <= 0 ||
 		    (pfd.revents & (POLLERR | POLLHUP)))
 			break;
+	}
+	/* The ring holds remote records: the peer reads their bytes from our
+	 * memory when it comes to them, and after we exit it cannot (a pull
+	 * from a dead process ends its stream as lost, and its QP flushes a
+	 * receive of a message we had sent whole: ibv_srq_pingpong's server
+	 * exits with its last SENDs in the ring, the client failed). A NIC
+	 * would have put them on the wire: wait, the same second, for the
+	 * peer to take them, unlocked (its reading may answer us, and take
+	 * our lock) unless it has closed its end. */
+	while (tc->shm_tx && shm_pulls_owed(tc) && progress_now_ns() < until &&
+	       !socket_ended(tc->pl.fd)) {
+		sr_mutex_unlock(&tc->lock);
+		usleep(50);
+		sr_mutex_lock(&tc->lock);
+		if (tc->state != TS_UP || tc->pl.fd < 0)
+			return;		/* failed meanwhile: nothing to close */
 	}
 	/* Our FIN goes behind what the socket has not sent yet. A peer that
 	 * stopped reading (back-pressure: its receive window is shut) would

@@ -601,6 +601,87 @@ static void killed_mid_send_b(struct net_end *n)
 	exit(1);
 }
 
+/* ---- a SEND the peer has not taken when we destroy our QP ---------------- */
+
+/* Over shm a SEND of 16 KiB or more goes as a remote record: the receiver
+ * copies the bytes from the sender's memory when it comes to them. A
+ * program may reuse (or free) its buffer once ibv_destroy_qp returns, and
+ * exit: a NIC would have sent the bytes, so the destroy waits (a second at
+ * most) for the peer to take them. Here B is stopped when A posts and
+ * destroys, and resumed 200 ms into the destroy; A then overwrites its
+ * buffer. B's receive must complete with A's bytes of the post (it got
+ * the overwrite, and ibv_srq_pingpong's client, whose server had exited,
+ * ended its QP as lost and flushed the receive). 512 KiB: a pull (the
+ * region is below SOFTRNIC_SHM_MAP_MIN). */
+#define EXIT_SEND (512 * 1024)
+
+static void exit_send_opts(struct net_opts *o)
+{
+	o->buf_len = EXIT_SEND;
+}
+
+struct resume { pid_t pid; int ms; };
+
+static void *resume_later(void *arg)
+{
+	const struct resume *r = arg;
+
+	usleep((useconds_t)r->ms * 1000);
+	kill(r->pid, SIGCONT);
+	return NULL;
+}
+
+static void destroy_after_send_a(struct net_end *n)
+{
+	struct resume r = { n->peer_pid, 200 };
+	struct ibv_wc wc;
+	pthread_t th;
+	uint64_t t0;
+
+	/* one small SEND first: the stream is up, and over shm */
+	fill_pattern(n->b.p, EXIT_SEND, 10);
+	net_expect(n, T_READY, "B's receives posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p, 1000, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
+	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND, "small SEND");
+	net_expect(n, T_DONE, "B took the small SEND");
+	stop_child(n);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	CHECK(pthread_create(&th, NULL, resume_later, &r) == 0, "pthread_create");
+	t0 = now_ms();
+	CHECK(ibv_destroy_qp(n->qp) == 0, "ibv_destroy_qp");
+	n->qp = NULL;
+	NOTE("ibv_destroy_qp returned after %llu ms (B resumed at %d ms)",
+	     (unsigned long long)(now_ms() - t0), r.ms);
+	/* the program's buffer is its own again */
+	memset(n->b.p, 0xee, EXIT_SEND);
+	pthread_join(th, NULL);
+	int st = net_wait_child(n->peer_pid, 10000);
+	net_check_child_status(st, "B");
+	n->peer_pid = 0;
+	net_teardown(n);	/* (the QP is gone: run_case would skip it) */
+}
+
+static void destroy_after_send_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 0x50, n->b.p, 1000, n->b.mr->lkey);
+	post_recv1(n->qp, 0x51, n->b.p, EXIT_SEND, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 0x50, IBV_WC_SUCCESS, IBV_WC_RECV, "small SEND");
+	net_put(n, T_DONE);
+	/* (stopped here, and resumed) */
+	expect_wc(n->rcq, &wc, 0x51, IBV_WC_SUCCESS, IBV_WC_RECV,
+		  "a SEND whose sender destroyed its QP right after the post");
+	CHECK(wc.byte_len == EXIT_SEND, "byte_len %u, want %u", wc.byte_len, EXIT_SEND);
+	check_pattern(n->b.p, EXIT_SEND, 10, "payload (the sender reused its buffer after "
+		      "ibv_destroy_qp)");
+	net_teardown(n);
+	exit(0);
+}
+
 static const struct pcase cases[] = {
 	CASE(peer_killed, NULL),
 	CASE(killed_streaming, killed_streaming_opts),
@@ -611,6 +692,7 @@ static const struct pcase cases[] = {
 	CASE(held_close, held_close_opts),
 	CASE(sqd_drain, NULL),
 	CASE(killed_mid_send, mid_send_opts),
+	CASE(destroy_after_send, exit_send_opts),
 };
 
 static void run_case(size_t i)
@@ -623,7 +705,7 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9)
 
 int main(int argc, char **argv)
 {
@@ -632,7 +714,7 @@ int main(int argc, char **argv)
 		{ cases[2].name, sub2 }, { cases[3].name, sub3 },
 		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
 		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
-		{ cases[8].name, sub8 },
+		{ cases[8].name, sub8 }, { cases[9].name, sub9 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
