@@ -63,6 +63,11 @@ struct sr_chan_ops {
 	bool (*idle)(struct sr_chan *ch);
 	void (*close)(struct sr_chan *ch);
 	void (*free)(struct sr_chan *ch);
+	/* The QP flushes its WQEs: their buffers are the program's again,
+	 * and nothing of them may be read after this returns (a channel
+	 * whose peer reads our memory: shm). Under qp->lock: no lock taken.
+	 * NULL: nothing to do. */
+	void (*revoke)(struct sr_chan *ch);
 };
 
 struct sr_chan {
@@ -91,6 +96,11 @@ static inline bool chan_kick_needed(struct sr_chan *ch)
 	return !ch->ops->idle || !ch->ops->idle(ch);
 }
 static inline void chan_close(struct sr_chan *ch) { ch->ops->close(ch); }
+static inline void chan_revoke(struct sr_chan *ch)
+{
+	if (ch->ops->revoke)
+		ch->ops->revoke(ch);
+}
 static inline void chan_get(struct sr_chan *ch) { atomic_fetch_add(&ch->refs, 1); }
 static inline void chan_put(struct sr_chan *ch)
 {

@@ -378,6 +378,19 @@ bool shm_pulls_owed(const struct tcp_chan *tc)
 	       (int64_t)(l->pull_hi - shm_ring_released(&l->tx)) > 0 && shm_peer_alive(l);
 }
 
+void shm_revoke_arm(struct tcp_chan *tc)
+{
+	atomic_store_explicit(&tc->shm_revoke, &tc->shm->tx.ctl->revoked, memory_order_release);
+}
+
+void shm_revoke(struct tcp_chan *tc)
+{
+	_Atomic uint32_t *w = atomic_load_explicit(&tc->shm_revoke, memory_order_acquire);
+
+	if (w)
+		atomic_store_explicit(w, 1, memory_order_seq_cst);
+}
+
 void shm_faults_locked(struct tcp_chan *tc)
 {
 	struct shm_link *l = tc->shm;

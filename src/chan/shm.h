@@ -128,6 +128,13 @@ bool shm_pulls_sent(const struct tcp_chan *tc);
  * records we wrote (they are in our memory: not after we exit, nor once
  * the program reuses a buffer it had us send)? tc->lock held. */
 bool shm_pulls_owed(const struct tcp_chan *tc);
+/* We write to the ring from now on: shm_revoke may take back what we
+ * write (tc->lock held). */
+void shm_revoke_arm(struct tcp_chan *tc);
+/* Take back our remote records the peer has not read (shm_ring_revoke):
+ * the QP flushed their WQEs, or the stream is over, and the program may
+ * write into those buffers again. No lock; nothing before the switch. */
+void shm_revoke(struct tcp_chan *tc);
 /* The last shm_send found the ring full, and the consumer has released
  * nothing since: the next would write nothing (a look at one word).
  * tc->lock held. */

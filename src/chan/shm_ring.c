@@ -435,6 +435,13 @@ uint64_t shm_ring_released(const struct shm_ring *r)
 	return r->pos - head > r->size ? r->pos : head;
 }
 
+void shm_ring_revoke(struct shm_ring *r)
+{
+	/* (seq_cst: before the flushes that give the program its buffers
+	 * back, against the consumer's fence after its copy) */
+	atomic_store_explicit(&r->ctl->revoked, 1, memory_order_seq_cst);
+}
+
 /* ---- consumer ------------------------------------------------------------ */
 
 /* Read and check the next record's header. 1: r->rec is set up, 0: the
@@ -633,14 +640,19 @@ static ssize_t read_piece(struct shm_ring *r, const struct iovec *iov, int n, in
 			room += w[j].iov_len;
 		if (room < take)
 			take = room;
+		got = 0;
 		if (r->rec_kind == SHM_REC_MAPPED) {
 			got = copy_mapped(r, w, k, take, app, io);
-			if (got) {
-				*mapped = got > 0;
-				return got;
-			}
+			*mapped = got > 0;
 		}
-		return pull(r, w, k, take, app, io);
+		if (!got)
+			got = pull(r, w, k, take, app, io);
+		/* Copied, then checked: a copy that the revoke did not see
+		 * through read the bytes before the program had them back. */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (got > 0 && atomic_load_explicit(&r->ctl->revoked, memory_order_relaxed))
+			return -EIO;
+		return got;
 	}
 	while (done < take && di < n) {
 		size_t k = iov[di].iov_len - doff;

@@ -97,7 +97,12 @@ struct shm_ring_ctl {
 	 * rx_sleep without a fence first (shm.c, wake_if). 0 from a consumer
 	 * that never sets it: then it always fences. */
 	_Atomic uint32_t rx_polled;
-	uint8_t pad2[48];
+	/* The producer takes back its remote records (shm_ring_revoke):
+	 * their bytes are the program's again (its QP flushed their WQEs,
+	 * or is gone). A pull that finishes after this is set fails. 0 from
+	 * a producer that never sets it. */
+	_Atomic uint32_t revoked;
+	uint8_t pad2[44];
 };
 
 /* Where a piece's bytes are in a memfd of the producer's. */
@@ -225,6 +230,10 @@ bool shm_ring_faulted(const struct shm_ring *r, uint64_t pos);
 /* Producer: the consumer's head, checked (-EPROTO as a huge value is not
  * returned: an impossible head reads as our own tail). */
 uint64_t shm_ring_released(const struct shm_ring *r);
+/* Producer: take back every remote record not read yet; the consumer's
+ * read of one fails (-EIO), its pull whole or not. Those read before
+ * this returned read the bytes as they were. For good. */
+void shm_ring_revoke(struct shm_ring *r);
 
 /* Consumer: read up to the whole of iov (n pieces; app: application
  * memory, written fault-safely) and release what was consumed. Stops
@@ -236,7 +245,9 @@ uint64_t shm_ring_released(const struct shm_ring *r);
  * before a small record. Returns bytes read (0: the ring is empty),
  * -ENOMSG if the next record is a small one (nothing read), -EFAULT if
  * the first byte could not be placed into iov (nothing consumed), -EIO if
- * the producer is gone (ESRCH from pull), -EPROTO for a corrupt ring. */
+ * the producer is gone (ESRCH from pull) or took its remote records back
+ * (shm_ring_revoke) before a copy of one was over, -EPROTO for a corrupt
+ * ring. */
 ssize_t shm_ring_read(struct shm_ring *r, const struct iovec *iov, int n, bool app,
 		      const struct shm_ring_io *io);
 

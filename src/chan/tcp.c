@@ -303,6 +303,8 @@ void tcp_shut(struct tcp_chan *tc)
 	first = !tc->shut;
 	tc->shut = true;
 	sr_mutex_unlock(&tc->lock);
+	/* what the peer has not pulled of ours is not its to read now */
+	shm_revoke(tc);
 	if (!first) {
 		if (!progress_in_thread(t->pg))
 			while (!atomic_load_explicit(&tc->shut_done, memory_order_acquire))
@@ -479,6 +481,11 @@ void tcp_drain_locked(struct tcp_chan *tc)
 	shutdown(tc->pl.fd, SHUT_WR);
 }
 
+static void tcp_revoke(struct sr_chan *ch)
+{
+	shm_revoke(to_tc(ch));
+}
+
 static void tcp_close(struct sr_chan *ch)
 {
 	struct tcp_chan *tc = to_tc(ch);
@@ -526,6 +533,7 @@ static const struct sr_chan_ops tcp_ops = {
 	.idle = tcp_idle,
 	.close = tcp_close,
 	.free = tcp_free,
+	.revoke = tcp_revoke,
 };
 
 /* A stream on shm had a socket event: has the socket ended? EPOLLIN may

@@ -295,6 +295,8 @@ struct tcp_chan {
 	_Atomic bool shm_grace_due;
 	uint64_t shm_grace_at;
 	_Atomic bool shm_eof;		/* the socket ended: drain, then end */
+	/* our tx ring's revoked word, once we write to the ring (shm_revoke) */
+	_Atomic uint32_t *_Atomic shm_revoke;
 	struct sr_pollable epl;		/* our eventfd */
 };
 

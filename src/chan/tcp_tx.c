@@ -659,6 +659,7 @@ void tcp_flush_locked(struct tcp_chan *tc)
 				 * ib_write_bw runs) */
 				s->sw = false;
 				tc->shm_tx = true;
+				shm_revoke_arm(tc);
 				tc->shm_sw_pending = false;
 				want(tc, tc->events & ~(uint32_t)EPOLLOUT);
 			}

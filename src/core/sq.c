@@ -97,6 +97,11 @@ void qp_sqd_check_locked(struct sr_qp *qp)
  * queue too (IBTA 10.3.1 "Error state"). Caller holds qp->lock. */
 void qp_to_error_locked(struct sr_qp *qp)
 {
+	/* Before a flush gives the program a buffer back, the channel stops
+	 * anyone reading it (a same-host peer pulls SENDs and WRITEs from
+	 * the sender's memory). */
+	if (qp->chan)
+		chan_revoke(qp->chan);
 	qp_rx_wc_release(qp);	/* (a batch's receive completions first) */
 	if (qp->state != IBV_QPS_ERR) {
 		sr_dbg("QP %#x %s -> ERR", qp->ibqp.qp_base.qp_num, sr_qp_state_name[qp->state]);

@@ -682,6 +682,59 @@ static void destroy_after_send_b(struct net_end *n)
 	exit(0);
 }
 
+/* The same with the QP moved to ERROR instead: the SEND is flushed, the
+ * program writes into its buffer, then B runs. B may not deliver the
+ * overwrite: its receive completes with A's bytes of the post, or fails,
+ * or never completes (the peer's QP went away mid-message). */
+static void error_after_send_a(struct net_end *n)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	struct ibv_wc wc;
+
+	fill_pattern(n->b.p, EXIT_SEND, 11);
+	net_expect(n, T_READY, "B's receives posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p, 1000, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
+	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND, "small SEND");
+	net_expect(n, T_DONE, "B took the small SEND");
+	stop_child(n);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	usleep(20 * 1000);	/* (into the ring) */
+	CHECK(ibv_modify_qp(n->qp, &attr, IBV_QP_STATE) == 0, "modify to ERR");
+	expect_wc(n->scq, &wc, 0x41, IBV_WC_WR_FLUSH_ERR, -1, "SEND flushed by ERR");
+	memset(n->b.p, 0xee, EXIT_SEND);
+	CHECK(kill(n->peer_pid, SIGCONT) == 0, "SIGCONT");
+	int st = net_wait_child(n->peer_pid, 10000);
+	net_check_child_status(st, "B");
+	n->peer_pid = 0;
+}
+
+static void error_after_send_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 0x50, n->b.p, 1000, n->b.mr->lkey);
+	post_recv1(n->qp, 0x51, n->b.p, EXIT_SEND, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 0x50, IBV_WC_SUCCESS, IBV_WC_RECV, "small SEND");
+	net_put(n, T_DONE);
+	/* (stopped here, and resumed) */
+	if (!poll_one(n->rcq, &wc, 2000)) {
+		NOTE("no receive completion in 2 s");
+	} else if (wc.status == IBV_WC_SUCCESS) {
+		CHECK(wc.wr_id == 0x51 && wc.byte_len == EXIT_SEND, "wr_id %#llx byte_len %u",
+		      (unsigned long long)wc.wr_id, wc.byte_len);
+		check_pattern(n->b.p, EXIT_SEND, 11, "payload (the sender's QP flushed the SEND, "
+			      "and the program wrote into its buffer)");
+		NOTE("the receive completed with the bytes of the post");
+	} else {
+		NOTE("the receive completed with %s", ibv_wc_status_str(wc.status));
+	}
+	net_teardown(n);
+	exit(0);
+}
+
 static const struct pcase cases[] = {
 	CASE(peer_killed, NULL),
 	CASE(killed_streaming, killed_streaming_opts),
@@ -693,6 +746,7 @@ static const struct pcase cases[] = {
 	CASE(sqd_drain, NULL),
 	CASE(killed_mid_send, mid_send_opts),
 	CASE(destroy_after_send, exit_send_opts),
+	CASE(error_after_send, exit_send_opts),
 };
 
 static void run_case(size_t i)
@@ -705,7 +759,7 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9) SUB(10)
 
 int main(int argc, char **argv)
 {
@@ -715,6 +769,7 @@ int main(int argc, char **argv)
 		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
 		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
 		{ cases[8].name, sub8 }, { cases[9].name, sub9 },
+		{ cases[10].name, sub10 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));

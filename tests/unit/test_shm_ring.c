@@ -878,6 +878,60 @@ static void pull_fault(void **state)
 	assert_false(shm_ring_faulted(&f->tx, notes[1].pos));
 }
 
+/* The producer takes its remote records back (its QP flushed their
+ * WQEs): one not read yet fails (-EIO), and so does one whose pull the
+ * revoke lands in the middle of; what was read before is unchanged. */
+static struct shm_ring *revoke_in_pull;
+
+static ssize_t revoking_pull(void *arg, const struct iovec *dst, int n, uint64_t raddr,
+			     size_t len)
+{
+	ssize_t got = local_pull(arg, dst, n, raddr, len);
+
+	shm_ring_revoke(revoke_in_pull);
+	return got;
+}
+
+static void revoked(void **state)
+{
+	struct fixture *f = *state;
+	struct shm_ring_io mid = io;
+	uint8_t src[5000], out[6000];
+	struct iovec v[3] = { { src, sizeof(src) }, { "T", 1 }, { src, 200 } };
+	uint8_t k[3] = { SHM_PULL, SHM_OWN, SHM_PULL };
+
+	memset(src, 0x31, sizeof(src));
+	assert_int_equal(shm_ring_write(&f->tx, v, k, 3, &io, NULL, NULL), 5201);
+	/* revoked while the first is pulled: its bytes do not count */
+	revoke_in_pull = &f->tx;
+	mid.pull = revoking_pull;
+	struct iovec o = { out, sizeof(out) };
+
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &mid), -EIO);
+	assert_int_equal(f->rx.pulled, 0);
+	/* and for good: the plain pull fails too */
+	assert_int_equal(shm_ring_read(&f->rx, &o, 1, false, &io), -EIO);
+}
+
+/* ... and one read before the revoke is delivered as it was read; inline
+ * bytes still go. */
+static void revoked_after(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t src[5000], out[6000];
+	struct iovec v[3] = { { src, sizeof(src) }, { "T", 1 }, { src, 200 } };
+	uint8_t k[3] = { SHM_PULL, SHM_OWN, SHM_PULL };
+
+	memset(src, 0x32, sizeof(src));
+	assert_int_equal(shm_ring_write(&f->tx, v, k, 3, &io, NULL, NULL), 5201);
+	assert_int_equal(get1(f, out, 5000), 5000);
+	assert_memory_equal(out, src, 5000);
+	shm_ring_revoke(&f->tx);
+	assert_int_equal(get1(f, out, sizeof(out)), 1);
+	assert_int_equal(out[0], 'T');
+	assert_int_equal(get1(f, out, sizeof(out)), -EIO);
+}
+
 /* A pulled piece in a memfd goes as mapped records (40 bytes: kind 3,
  * len, address, fd, pad, inode, offset), read from the mapping; the
  * reader stops in front of one as in front of a remote record. */
@@ -1293,6 +1347,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(model_stream_mapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(mapped_record, setup, teardown),
 		cmocka_unit_test_setup_teardown(mapped_fallback, setup, teardown),
+		cmocka_unit_test_setup_teardown(revoked, setup, teardown),
+		cmocka_unit_test_setup_teardown(revoked_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(mapped_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(mapped_put_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(corrupt_mapped, setup, teardown),
