@@ -435,8 +435,9 @@ void tcp_drain_locked(struct tcp_chan *tc)
 	 * receive of a message we had sent whole: ibv_srq_pingpong's server
 	 * exits with its last SENDs in the ring, the client failed). A NIC
 	 * would have put them on the wire: wait, the same second, for the
-	 * peer to take them, unlocked (its reading may answer us, and take
-	 * our lock) unless it has closed its end. */
+	 * peer to take them, unless it has closed its end. Unlocked: what
+	 * the peer writes back meanwhile (its ACKs) must be taken in, or its
+	 * ring to us fills and it stops reading ours. */
 	while (tc->shm_tx && shm_pulls_owed(tc) && progress_now_ns() < until &&
 	       !socket_ended(tc->pl.fd)) {
 		sr_mutex_unlock(&tc->lock);
