@@ -689,12 +689,17 @@ bool shm_kicked(struct tcp_chan *tc)
 	       atomic_exchange_explicit(&c->kick, 0, memory_order_relaxed);
 }
 
-bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len, bool req)
+bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len, enum shm_pull_use use)
 {
+	static const size_t least[] = {
+		[SHM_PULL_RESP] = SHM_PULL_MIN,
+		[SHM_PULL_REQ] = SHM_PULL_MIN_REQ,
+		[SHM_PULL_STREAM] = SHM_PULL_MIN_STREAM,
+	};
 	struct shm_map_loc m;
 	uint8_t b;
 
-	if (len < (req ? SHM_PULL_MIN_REQ : SHM_PULL_MIN))
+	if (len < least[use])
 		return false;
 	/* (a peer that cannot pull may still map what is in a memfd) */
 	if (!tc->shm_pull_ok && !(tc->shm_map_ok && shm_map_find(p, len, &m)))

@@ -215,10 +215,19 @@ bool shm_help_pending(const struct tcp_chan *tc);
  * the bytes as placed. 0, -EFAULT (some could not be placed: our memory
  * faulted), -EPROTO (the link is broken). */
 int shm_help_drain(struct tcp_chan *tc);
+/* What a payload piece that the peer may pull belongs to: it sets the
+ * least size worth a pull (shm_priv.h SHM_PULL_MIN*). */
+enum shm_pull_use {
+	SHM_PULL_RESP,			/* a READ response */
+	SHM_PULL_REQ,			/* a SEND or WRITE */
+	SHM_PULL_STREAM,		/* a WRITE behind SHM_STREAM_REQS others
+					 * unanswered: a stream, where a pull
+					 * costs no one a wait */
+};
+#define SHM_STREAM_REQS	8
 /* Should the payload piece at p (len bytes, the application's memory)
- * of a message that settles only when answered (req: a SEND or WRITE,
- * else a READ response) be pulled by the peer? */
-bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len, bool req);
+ * of a message that settles only when answered be pulled by the peer? */
+bool shm_pullable(const struct tcp_chan *tc, const void *p, size_t len, enum shm_pull_use use);
 /* A program thread waiting for an event sleeps on our eventfd instead of
  * the progress thread (on false), or no longer (tcp_wait.c): 0, or
  * -errno (-ENOENT: not on shm, or shut). tc->lock held. */

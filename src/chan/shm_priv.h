@@ -45,6 +45,11 @@
  * ib_read_bw lost a fifth pulled). */
 #define SHM_PULL_MIN	(16U * 1024U)
 #define SHM_PULL_MIN_REQ	(12U * 1024U)
+/* ... and a WRITE's in a stream (shm.h SHM_PULL_STREAM): the pull's
+ * system call costs a lone WRITE's latency (8 KiB ib_write_lat 1.8 ->
+ * 2.3 us), not a stream's rate (8 KiB ib_write_bw +12 %, 10 KiB +32 %);
+ * SENDs pulled from 6-8 KiB lost a tenth (docs/PERFORMANCE.md) */
+#define SHM_PULL_MIN_STREAM	(6U * 1024U)
 /* Remote records of ours whose outcome we track (more in flight: the
  * extra ones go untracked, and a fault there is not reported). */
 #define SHM_PEND	1024

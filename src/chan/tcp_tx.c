@@ -473,14 +473,22 @@ static bool settles_on_answer(const struct tcp_chan *tc, const struct sr_msg *m)
 	       !(m->flags & SR_MSGF_DONE_ON_TX);
 }
 
+static enum shm_pull_use pull_use(const struct tcp_chan *tc, const struct sr_msg *m)
+{
+	if (m->op == SR_MSG_READ_RESP)
+		return SHM_PULL_RESP;
+	if (m->op == SR_MSG_WRITE && (int32_t)(tc->tx_req_msn - tc->rx_ans_msn) >= SHM_STREAM_REQS)
+		return SHM_PULL_STREAM;
+	return SHM_PULL_REQ;
+}
+
 /* How the ring takes piece k of slot s (shm_ring_write's kinds). */
 static uint8_t piece_kind(const struct tcp_chan *tc, const struct tx_fpdu *s, int k)
 {
 	if (k == 0 || k == s->niov - 1 || !s->msg || !s->msg->src)
 		return SHM_OWN;
 	if (settles_on_answer(tc, s->msg) &&
-	    shm_pullable(tc, s->iov[k].iov_base, s->iov[k].iov_len,
-			 s->msg->op != SR_MSG_READ_RESP))
+	    shm_pullable(tc, s->iov[k].iov_base, s->iov[k].iov_len, pull_use(tc, s->msg)))
 		return SHM_PULL;
 	return SHM_APP;
 }

@@ -772,6 +772,91 @@ static void mapped_run(int own_userns)
 	      "only %lld bytes copied from A's memfd (shm_pulled %lld)", mapped, pulled);
 }
 
+/* write_stream: 8 KiB WRITEs, first a lone one (inline: a pull's system
+ * call would cost its latency), then 64 posted at once, each with its
+ * own pattern at its own offset. The stream's are pulled by B once 8 of
+ * A's requests are unanswered (SHM_PULL_MIN_STREAM, SHM_STREAM_REQS):
+ * B's stats line counts at least half of them pulled, and every byte of
+ * every WRITE lands where it was aimed. Regions stay private
+ * (SOFTRNIC_SHM_MAP=0): pulls, not mapped records. */
+#define WS_LEN (8 * KIB)
+#define WS_N 64
+#define WS_PING (WS_N * WS_LEN)
+
+static void wstream_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	ping_at(n, 1, WS_PING);
+	net_expect(n, T_READY + 10, "B's target cleared");
+	fill_pattern(n->b.p, WS_LEN, 200);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 1000, n->b.p, WS_LEN, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, n->peer.addr, n->peer.rkey, 0) == 0, "post lone WRITE");
+	expect_wc(n->scq, &wc, 1000, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "lone WRITE");
+	net_put(n, T_DONE);
+	net_expect(n, T_DONE + 1, "B checked the lone WRITE");
+	for (int i = 0; i < WS_N; i++)
+		fill_pattern(n->b.p + (size_t)i * WS_LEN, WS_LEN, 300 + (uint32_t)i);
+	for (int i = 0; i < WS_N; i++)
+		CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 2000 + (uint64_t)i,
+				 n->b.p + (size_t)i * WS_LEN, WS_LEN, n->b.mr->lkey,
+				 i == WS_N - 1 ? IBV_SEND_SIGNALED : 0,
+				 n->peer.addr + (uint64_t)i * WS_LEN, n->peer.rkey, 0) == 0,
+		      "post WRITE %d", i);
+	expect_wc(n->scq, &wc, 2000 + WS_N - 1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+		  "the stream's last WRITE");
+	net_put(n, T_DONE + 2);
+	net_expect(n, T_DONE + 3, "B checked the stream");
+}
+
+static void wstream_b(struct net_end *n)
+{
+	int fd;
+
+	ping_at(n, 1, WS_PING);
+	memset(n->b.p, 0xee, WS_PING);
+	net_put(n, T_READY + 10);
+	net_expect(n, T_DONE, "A's lone WRITE done");
+	check_pattern(n->b.p, WS_LEN, 200, "lone 8 KiB WRITE");
+	net_put(n, T_DONE + 1);
+	net_expect(n, T_DONE + 2, "A's stream done");
+	for (int i = 0; i < WS_N; i++) {
+		char what[48];
+
+		snprintf(what, sizeof(what), "8 KiB WRITE %d of the stream", i);
+		check_pattern(n->b.p + (size_t)i * WS_LEN, WS_LEN, 300 + (uint32_t)i, what);
+	}
+	net_put(n, T_DONE + 3);
+	setenv("SOFTRNIC_STATS", "1", 1);
+	fflush(stderr);
+	fd = open(stats_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	CHECK(fd >= 0 && dup2(fd, 2) == 2, "stderr to %s: %s", stats_path, strerror(errno));
+	close(fd);
+}
+
+static void sub_write_stream(void)
+{
+	struct net_opts o = net_opts_default();
+	long long pulled;
+	int fd;
+
+	o.buf_len = WS_PING + 64 * KIB;
+	snprintf(stats_path, sizeof(stats_path), "/tmp/softrnic-shm-stats.XXXXXX");
+	fd = mkstemp(stats_path);
+	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+	close(fd);
+	setenv("SOFTRNIC_SHM_MAP", "0", 1);
+	net_fork_run(&o, wstream_a, wstream_b);
+	unsetenv("SOFTRNIC_SHM_MAP");
+	pulled = stats_sum(stats_path, "shm_pulled");
+	unlink(stats_path);
+	CHECK(pulled >= 0, "B printed no stats line with shm_pulled");
+	NOTE("B pulled %lld bytes of %d 8 KiB WRITEs", pulled, WS_N + 1);
+	CHECK(pulled >= WS_N / 2 * WS_LEN && pulled <= WS_N * WS_LEN,
+	      "B pulled %lld bytes: want the stream's WRITEs, at least half of them (%d), "
+	      "and not the lone one", pulled, WS_N / 2 * WS_LEN);
+}
+
 static void sub_mapped(void)
 {
 	mapped_run(0);
@@ -1880,6 +1965,7 @@ int main(int argc, char **argv)
 		{ "unmapped_in_flight", sub_unmapped },
 		{ "mapped", sub_mapped },
 		{ "mapped_userns", sub_mapped_userns },
+		{ "write_stream", sub_write_stream },
 		{ "early", sub_early },
 		{ "early_accepter", sub_early_accepter },
 		{ "small", sub_small },
