@@ -620,6 +620,36 @@ static void exit_send_opts(struct net_opts *o)
 	o->buf_len = EXIT_SEND;
 }
 
+/* A: one small SEND first (the stream is up, and over shm), then B is
+ * stopped and a SEND of EXIT_SEND bytes of pattern seed posted (0x41). */
+static void send_to_stopped(struct net_end *n, uint32_t seed)
+{
+	struct ibv_wc wc;
+
+	fill_pattern(n->b.p, EXIT_SEND, seed);
+	net_expect(n, T_READY, "B's receives posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p, 1000, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
+	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND, "small SEND");
+	net_expect(n, T_DONE, "B took the small SEND");
+	stop_child(n);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+}
+
+/* B: its two receives (0x50 for the small SEND, 0x51), the small one
+ * taken; then A stops it. */
+static void recv_stopped(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 0x50, n->b.p, 1000, n->b.mr->lkey);
+	post_recv1(n->qp, 0x51, n->b.p, EXIT_SEND, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 0x50, IBV_WC_SUCCESS, IBV_WC_RECV, "small SEND");
+	net_put(n, T_DONE);
+}
+
 struct resume { pid_t pid; int ms; };
 
 static void *resume_later(void *arg)
@@ -634,20 +664,10 @@ static void *resume_later(void *arg)
 static void destroy_after_send_a(struct net_end *n)
 {
 	struct resume r = { n->peer_pid, 200 };
-	struct ibv_wc wc;
 	pthread_t th;
 	uint64_t t0;
 
-	/* one small SEND first: the stream is up, and over shm */
-	fill_pattern(n->b.p, EXIT_SEND, 10);
-	net_expect(n, T_READY, "B's receives posted");
-	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p, 1000, n->b.mr->lkey,
-			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
-	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND, "small SEND");
-	net_expect(n, T_DONE, "B took the small SEND");
-	stop_child(n);
-	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
-			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	send_to_stopped(n, 10);
 	CHECK(pthread_create(&th, NULL, resume_later, &r) == 0, "pthread_create");
 	t0 = now_ms();
 	CHECK(ibv_destroy_qp(n->qp) == 0, "ibv_destroy_qp");
@@ -667,11 +687,7 @@ static void destroy_after_send_b(struct net_end *n)
 {
 	struct ibv_wc wc;
 
-	post_recv1(n->qp, 0x50, n->b.p, 1000, n->b.mr->lkey);
-	post_recv1(n->qp, 0x51, n->b.p, EXIT_SEND, n->b.mr->lkey);
-	net_put(n, T_READY);
-	expect_wc(n->rcq, &wc, 0x50, IBV_WC_SUCCESS, IBV_WC_RECV, "small SEND");
-	net_put(n, T_DONE);
+	recv_stopped(n);
 	/* (stopped here, and resumed) */
 	expect_wc(n->rcq, &wc, 0x51, IBV_WC_SUCCESS, IBV_WC_RECV,
 		  "a SEND whose sender destroyed its QP right after the post");
@@ -691,15 +707,7 @@ static void error_after_send_a(struct net_end *n)
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 	struct ibv_wc wc;
 
-	fill_pattern(n->b.p, EXIT_SEND, 11);
-	net_expect(n, T_READY, "B's receives posted");
-	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p, 1000, n->b.mr->lkey,
-			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
-	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND, "small SEND");
-	net_expect(n, T_DONE, "B took the small SEND");
-	stop_child(n);
-	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
-			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	send_to_stopped(n, 11);
 	usleep(20 * 1000);	/* (into the ring) */
 	CHECK(ibv_modify_qp(n->qp, &attr, IBV_QP_STATE) == 0, "modify to ERR");
 	expect_wc(n->scq, &wc, 0x41, IBV_WC_WR_FLUSH_ERR, -1, "SEND flushed by ERR");
@@ -714,11 +722,7 @@ static void error_after_send_b(struct net_end *n)
 {
 	struct ibv_wc wc;
 
-	post_recv1(n->qp, 0x50, n->b.p, 1000, n->b.mr->lkey);
-	post_recv1(n->qp, 0x51, n->b.p, EXIT_SEND, n->b.mr->lkey);
-	net_put(n, T_READY);
-	expect_wc(n->rcq, &wc, 0x50, IBV_WC_SUCCESS, IBV_WC_RECV, "small SEND");
-	net_put(n, T_DONE);
+	recv_stopped(n);
 	/* (stopped here, and resumed) */
 	if (!poll_one(n->rcq, &wc, 2000)) {
 		NOTE("no receive completion in 2 s");

@@ -164,6 +164,20 @@ static void ping(struct net_end *n, uint64_t id)
 	ping_at(n, id, XFER);
 }
 
+/* WRITE len bytes of pattern seed from the start of our buffer to the
+ * start of B's, wait for its completion, and tell B (T_DONE). */
+static void write_whole(struct net_end *n, uint64_t id, size_t len, uint32_t seed,
+			const char *what)
+{
+	struct ibv_wc wc;
+
+	fill_pattern(n->b.p, len, seed);
+	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, id, n->b.p, len, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, n->peer.addr, n->peer.rkey, 0) == 0, "post %s", what);
+	expect_wc(n->scq, &wc, id, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, what);
+	net_put(n, T_DONE);
+}
+
 static void traffic_a(struct net_end *n, bool want_shm)
 {
 	uint8_t *base = NULL;
@@ -174,11 +188,7 @@ static void traffic_a(struct net_end *n, bool want_shm)
 	CHECK((shm_mapping(&base) != 0) == want_shm, "A: shm %s, want %s",
 	      base ? "mapped" : "not mapped", want_shm ? "mapped" : "not");
 	/* WRITE 4 MiB into B, B checks */
-	fill_pattern(n->b.p, XFER, 77);
-	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 10, n->b.p, XFER, n->b.mr->lkey,
-			 IBV_SEND_SIGNALED, n->peer.addr, n->peer.rkey, 0) == 0, "post WRITE");
-	expect_wc(n->scq, &wc, 10, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "WRITE");
-	net_put(n, T_DONE);
+	write_whole(n, 10, XFER, 77, "WRITE");
 	/* READ 4 MiB of B's pattern back */
 	net_expect(n, T_DONE + 1, "B filled");
 	memset(n->b.p, 0, XFER);
@@ -343,6 +353,31 @@ static void unmapped_b(struct net_end *n)
 #define BIG_SEND	(1 * MIB)
 #define BIG_READ	(4 * MIB)
 static char stats_path[64];		/* B's stderr at exit: its stats line */
+
+/* B: the stats line is printed at exit (after the teardown): to the file
+ * (stats_path) A reads once B is gone. */
+static void stats_at_exit(void)
+{
+	int fd;
+
+	setenv("SOFTRNIC_STATS", "1", 1);
+	fflush(stderr);
+	fd = open(stats_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	CHECK(fd >= 0 && dup2(fd, 2) == 2, "stderr to %s: %s", stats_path, strerror(errno));
+	close(fd);
+}
+
+/* A: a fresh file for B's stats line (stats_path). */
+static void stats_file_new(void)
+{
+	int fd;
+
+	snprintf(stats_path, sizeof(stats_path), "/tmp/softrnic-shm-stats.XXXXXX");
+	fd = mkstemp(stats_path);
+	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+	close(fd);
+}
+
 static int mapped_userns;		/* the run's sides have user namespaces */
 
 /* The inode of the memfd that backs our registered region at p (its line
@@ -432,7 +467,6 @@ static void mapped_b(struct net_end *n)
 {
 	struct ibv_wc wc;
 	uint64_t ino;
-	int fd;
 
 	ping_at(n, 1, BIG_WRITE);
 	ping_at(n, 2, BIG_WRITE);
@@ -461,13 +495,7 @@ static void mapped_b(struct net_end *n)
 	if (mapped_userns)
 		peer_memfd_read_only(ino);
 	net_put(n, T_DONE + 4);
-	/* The stats line is printed at exit (after the teardown): to the
-	 * file A reads once B is gone. */
-	setenv("SOFTRNIC_STATS", "1", 1);
-	fflush(stderr);
-	fd = open(stats_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-	CHECK(fd >= 0 && dup2(fd, 2) == 2, "stderr to %s: %s", stats_path, strerror(errno));
-	close(fd);
+	stats_at_exit();
 }
 
 /* A subtest that counts what other tests' processes on the CPUs would
@@ -740,15 +768,11 @@ static void mapped_run(int own_userns)
 {
 	struct net_opts o = net_opts_default();
 	long long pulled, mapped;
-	int fd;
 
 	o.own_userns = own_userns;
 	mapped_userns = own_userns;
 	o.buf_len = BIG_WRITE + 64 * KIB;
-	snprintf(stats_path, sizeof(stats_path), "/tmp/softrnic-shm-stats.XXXXXX");
-	fd = mkstemp(stats_path);
-	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
-	close(fd);
+	stats_file_new();
 	net_fork_run(&o, mapped_a, mapped_b);
 	pulled = stats_sum(stats_path, "shm_pulled");
 	mapped = stats_sum(stats_path, "shm_mapped");
@@ -789,11 +813,7 @@ static void wstream_a(struct net_end *n)
 
 	ping_at(n, 1, WS_PING);
 	net_expect(n, T_READY + 10, "B's target cleared");
-	fill_pattern(n->b.p, WS_LEN, 200);
-	CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 1000, n->b.p, WS_LEN, n->b.mr->lkey,
-			 IBV_SEND_SIGNALED, n->peer.addr, n->peer.rkey, 0) == 0, "post lone WRITE");
-	expect_wc(n->scq, &wc, 1000, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "lone WRITE");
-	net_put(n, T_DONE);
+	write_whole(n, 1000, WS_LEN, 200, "lone WRITE");
 	net_expect(n, T_DONE + 1, "B checked the lone WRITE");
 	for (int i = 0; i < WS_N; i++)
 		fill_pattern(n->b.p + (size_t)i * WS_LEN, WS_LEN, 300 + (uint32_t)i);
@@ -811,8 +831,6 @@ static void wstream_a(struct net_end *n)
 
 static void wstream_b(struct net_end *n)
 {
-	int fd;
-
 	ping_at(n, 1, WS_PING);
 	memset(n->b.p, 0xee, WS_PING);
 	net_put(n, T_READY + 10);
@@ -827,24 +845,16 @@ static void wstream_b(struct net_end *n)
 		check_pattern(n->b.p + (size_t)i * WS_LEN, WS_LEN, 300 + (uint32_t)i, what);
 	}
 	net_put(n, T_DONE + 3);
-	setenv("SOFTRNIC_STATS", "1", 1);
-	fflush(stderr);
-	fd = open(stats_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-	CHECK(fd >= 0 && dup2(fd, 2) == 2, "stderr to %s: %s", stats_path, strerror(errno));
-	close(fd);
+	stats_at_exit();
 }
 
 static void sub_write_stream(void)
 {
 	struct net_opts o = net_opts_default();
 	long long pulled;
-	int fd;
 
 	o.buf_len = WS_PING + 64 * KIB;
-	snprintf(stats_path, sizeof(stats_path), "/tmp/softrnic-shm-stats.XXXXXX");
-	fd = mkstemp(stats_path);
-	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
-	close(fd);
+	stats_file_new();
 	setenv("SOFTRNIC_SHM_MAP", "0", 1);
 	net_fork_run(&o, wstream_a, wstream_b);
 	unsetenv("SOFTRNIC_SHM_MAP");
