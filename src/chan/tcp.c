@@ -419,10 +419,19 @@ void tcp_drain_locked(struct tcp_chan *tc)
 			break;
 		now = progress_now_ns();
 		if (tc->shm_tx) {
-			/* a full ring: the peer's reader frees it */
-			if (now >= until || shm_broken(tc))
+			/* A full ring: the peer's reader frees it, unless it
+			 * has closed its end. Unlocked, so that ours can take
+			 * in what the peer writes meanwhile: a peer draining
+			 * towards us at the same time (both ends of qperf's
+			 * uc_bi_bw flooding as they close) waited for us as we
+			 * waited for it, a second each. */
+			if (now >= until || shm_broken(tc) || socket_ended(tc->pl.fd))
 				break;
+			sr_mutex_unlock(&tc->lock);
 			usleep(100);
+			sr_mutex_lock(&tc->lock);
+			if (tc->state != TS_UP || tc->pl.fd < 0)
+				return;		/* failed meanwhile */
 			continue;
 		}
 		if (now >= until || poll(&pfd, 1, (int)((until - now) / 1000000) + 1) <= 0 ||
