@@ -374,7 +374,9 @@ bool shm_pulls_owed(const struct tcp_chan *tc)
 {
 	const struct shm_link *l = tc->shm;
 
+	/* (revoked: the peer cannot take them any more) */
 	return l && tc->shm_tx && !l->broken &&
+	       !atomic_load_explicit(&l->tx.ctl->revoked, memory_order_relaxed) &&
 	       (int64_t)(l->pull_hi - shm_ring_released(&l->tx)) > 0 && shm_peer_alive(l);
 }
 
