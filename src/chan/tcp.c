@@ -397,9 +397,22 @@ static bool socket_ended(int fd)
 	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
+/* The drain's pause: unlocked (so that our progress thread takes in what
+ * the peer writes meanwhile). False if the stream failed meanwhile: there
+ * is nothing left to close. */
+static bool drain_nap_locked(struct tcp_chan *tc, useconds_t us)
+{
+	sr_mutex_unlock(&tc->lock);
+	usleep(us);
+	sr_mutex_lock(&tc->lock);
+	return tc->state == TS_UP && tc->pl.fd >= 0;
+}
+
 /* Before closing: write what is queued (answers the peer is owed, the
- * goodbye), waiting at most a second for room, then send FIN. Caller
- * holds tc->lock. */
+ * goodbye), waiting at most a second for room (and for the peer to pull
+ * what is ours), then send FIN. Caller holds tc->lock, which the waits
+ * let go of (drain_nap_locked): a stream that fails meanwhile returns
+ * at once. */
 void tcp_drain_locked(struct tcp_chan *tc)
 {
 	uint64_t until = progress_now_ns() + 1000000000ULL, last;
@@ -420,18 +433,14 @@ void tcp_drain_locked(struct tcp_chan *tc)
 		now = progress_now_ns();
 		if (tc->shm_tx) {
 			/* A full ring: the peer's reader frees it, unless it
-			 * has closed its end. Unlocked, so that ours can take
-			 * in what the peer writes meanwhile: a peer draining
-			 * towards us at the same time (both ends of qperf's
-			 * uc_bi_bw flooding as they close) waited for us as we
-			 * waited for it, a second each. */
+			 * has closed its end. (Held locked, a peer draining
+			 * towards us at the same time, both ends of qperf's
+			 * uc_bi_bw flooding as they close, waited for us as we
+			 * waited for it, a second each.) */
 			if (now >= until || shm_broken(tc) || socket_ended(tc->pl.fd))
 				break;
-			sr_mutex_unlock(&tc->lock);
-			usleep(100);
-			sr_mutex_lock(&tc->lock);
-			if (tc->state != TS_UP || tc->pl.fd < 0)
-				return;		/* failed meanwhile */
+			if (!drain_nap_locked(tc, 100))
+				return;
 			continue;
 		}
 		if (now >= until || poll(&pfd, 1, (int)((until - now) / 1000000) + 1) <= 0 ||
@@ -444,17 +453,12 @@ void tcp_drain_locked(struct tcp_chan *tc)
 	 * receive of a message we had sent whole: ibv_srq_pingpong's server
 	 * exits with its last SENDs in the ring, the client failed). A NIC
 	 * would have put them on the wire: wait, the same second, for the
-	 * peer to take them, unless it has closed its end. Unlocked: what
-	 * the peer writes back meanwhile (its ACKs) must be taken in, or its
-	 * ring to us fills and it stops reading ours. */
-	while (tc->shm_tx && shm_pulls_owed(tc) && progress_now_ns() < until &&
-	       !socket_ended(tc->pl.fd)) {
-		sr_mutex_unlock(&tc->lock);
-		usleep(50);
-		sr_mutex_lock(&tc->lock);
-		if (tc->state != TS_UP || tc->pl.fd < 0)
-			return;		/* failed meanwhile: nothing to close */
-	}
+	 * peer to take them, unless it has closed its end. (What the peer
+	 * writes back meanwhile, its ACKs, must be taken in, or its ring to
+	 * us fills and it stops reading ours.) */
+	while (shm_pulls_owed(tc) && progress_now_ns() < until && !socket_ended(tc->pl.fd))
+		if (!drain_nap_locked(tc, 50))
+			return;
 	/* Our FIN goes behind what the socket has not sent yet. A peer that
 	 * stopped reading (back-pressure: its receive window is shut) would
 	 * never see it, and would wait for ever for a peer that is gone:
