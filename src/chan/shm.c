@@ -241,6 +241,72 @@ void shm_offer_unlist(struct shm_link *l)
 	l->offers_t = NULL;
 }
 
+/* Has the process behind this pidfd exited (it reads as ready)? */
+static bool pidfd_exited(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int r;
+
+	do
+		r = poll(&p, 1, 0);
+	while (r < 0 && errno == EINTR);
+	return r > 0;
+}
+
+int shm_pidfd_open(struct sr_tcp_ctx *t, struct shm_link *l, pid_t pid)
+{
+	struct shm_pidfd *e = NULL, *n;
+	int fd = -1;
+
+	pthread_mutex_lock(&t->pidfd_lock);
+	for (unsigned int i = 0; i < t->npidfds && !e; i++)
+		if (t->pidfds[i].pid == pid && !pidfd_exited(t->pidfds[i].fd))
+			e = &t->pidfds[i];
+	if (!e) {
+		fd = (int)syscall(SYS_pidfd_open, pid, 0);
+		n = fd >= 0 ? realloc(t->pidfds, sizeof(*n) * (t->npidfds + 1)) : NULL;
+		if (!n) {
+			if (fd >= 0) {
+				/* (out of memory: the link's own, not shared) */
+				l->pidfd = fd;
+				l->pidfd_t = NULL;
+			}
+			pthread_mutex_unlock(&t->pidfd_lock);
+			return fd;
+		}
+		t->pidfds = n;
+		e = &n[t->npidfds++];
+		*e = (struct shm_pidfd){ .pid = pid, .fd = fd };
+	}
+	e->refs++;
+	l->pidfd = e->fd;
+	l->pidfd_t = t;
+	pthread_mutex_unlock(&t->pidfd_lock);
+	return l->pidfd;
+}
+
+/* The link's share given back. */
+static void pidfd_close(struct shm_link *l)
+{
+	struct sr_tcp_ctx *t = l->pidfd_t;
+
+	if (!t) {
+		close(l->pidfd);
+		return;
+	}
+	pthread_mutex_lock(&t->pidfd_lock);
+	for (unsigned int i = 0; i < t->npidfds; i++) {
+		if (t->pidfds[i].fd != l->pidfd)
+			continue;
+		if (!--t->pidfds[i].refs) {
+			close(t->pidfds[i].fd);
+			t->pidfds[i] = t->pidfds[--t->npidfds];
+		}
+		break;
+	}
+	pthread_mutex_unlock(&t->pidfd_lock);
+}
+
 void shm_link_free(struct shm_link *l)
 {
 	if (!l)
@@ -262,7 +328,7 @@ void shm_link_free(struct shm_link *l)
 	if (l->efd_peer >= 0)
 		close(l->efd_peer);
 	if (l->pidfd >= 0)
-		close(l->pidfd);
+		pidfd_close(l);
 	shm_side_close(&l->side);
 	free(l);
 }

@@ -172,7 +172,10 @@ struct shm_link {
 	int memfd;			/* the offerer's (-1 at the accepter) */
 	int efd_own;			/* ours: watched by our progress thread */
 	int efd_peer;			/* the peer's: written to wake it */
-	int pidfd;			/* the peer, once known */
+	int pidfd;			/* the peer, once known: shared with
+					 * our other links to it, from
+					 * pidfd_t's cache (shm_pidfd_open) */
+	struct sr_tcp_ctx *pidfd_t;
 	pid_t peer_pid;
 	bool offerer, watched;
 	uint8_t token[16];		/* its address goes to the peer */
@@ -235,6 +238,17 @@ struct shm_link {
 };
 
 /* shm.c */
+/* One pidfd per peer process (sr_tcp_ctx.pidfds): the link's own share
+ * of pid's (l->pidfd, l->pidfd_t; -1 and errno if pidfd_open fails), and
+ * its share given back (the last one closes it). A cached pidfd whose
+ * process has exited is not handed out again: a new process with the
+ * same pid gets its own. */
+struct shm_pidfd {
+	pid_t pid;
+	int fd;
+	unsigned int refs;
+};
+int shm_pidfd_open(struct sr_tcp_ctx *t, struct shm_link *l, pid_t pid);
 bool shm_enabled(void);
 struct shm_link *shm_link_alloc(void);
 void shm_link_free(struct shm_link *l);

@@ -192,6 +192,7 @@ static void fdsrv_event(struct sr_pollable *p, uint32_t events)
 void shm_ctx_init(struct sr_tcp_ctx *t)
 {
 	pthread_mutex_init(&t->offers_lock, NULL);
+	pthread_mutex_init(&t->pidfd_lock, NULL);
 	sr_list_init(&t->offers);
 	t->fdsrv.fd = -1;
 	t->fdsrv.on_event = fdsrv_event;
@@ -243,6 +244,13 @@ void shm_ctx_close(struct sr_tcp_ctx *t)
 		t->fdsrv.fd = -1;
 	}
 	pthread_mutex_destroy(&t->offers_lock);
+	/* (every link gave its pidfd back as it went) */
+	for (unsigned int i = 0; i < t->npidfds; i++)
+		close(t->pidfds[i].fd);
+	free(t->pidfds);
+	t->pidfds = NULL;
+	t->npidfds = 0;
+	pthread_mutex_destroy(&t->pidfd_lock);
 }
 
 /* Accepter: ask the offerer's server for the link's descriptors. 0 and
@@ -388,7 +396,7 @@ static bool token_readable(pid_t pid, uint64_t addr, const uint8_t token[16])
 
 /* Take the offered memfd and eventfds from the offerer and check them.
  * Returns NULL and the link, or why not. */
-static const char *attach(const struct shm_offer *o, struct shm_link **out)
+static const char *attach(struct sr_tcp_ctx *t, const struct shm_offer *o, struct shm_link **out)
 {
 	struct shm_link *l;
 	struct shm_hdr *h;
@@ -408,8 +416,7 @@ static const char *attach(const struct shm_offer *o, struct shm_link **out)
 	if (!l)
 		return "out of memory";
 	l->peer_pid = o->pid;
-	l->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)o->pid, 0);
-	if (l->pidfd >= 0) {
+	if (shm_pidfd_open(t, l, (pid_t)o->pid) >= 0) {
 		memfd = getfd(l->pidfd, o->memfd);
 		l->efd_peer = getfd(l->pidfd, o->efd_offerer);
 		l->efd_own = getfd(l->pidfd, o->efd_accepter);
@@ -542,7 +549,7 @@ static int on_offer(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	else if (tc->shm)
 		why = "offered twice";
 	else
-		why = attach(&o, &l);
+		why = attach(tc->tctx, &o, &l);
 	sr_mutex_lock(&tc->lock);
 	if (!why && !watch_locked(tc, l))
 		why = "epoll";
@@ -582,6 +589,13 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	if (a.magic != SHM_MAGIC || a.version != SHM_VERSION)
 		return -EBADMSG;
 	shm_offer_unlist(l);	/* the server hands it out no more */
+	/* ... and the accepter has the memfd (it maps it before it says
+	 * ACCEPT): ours is only a descriptor less per QP now (the mapping
+	 * stays). */
+	if (l->memfd >= 0) {
+		close(l->memfd);
+		l->memfd = -1;
+	}
 	/* Whoever took the descriptors from our server must be the accepter,
 	 * alone: another process holding our rings could write into them
 	 * as the peer. The peer has moved to the ring already: end the
@@ -595,8 +609,8 @@ static int on_accept(struct tcp_chan *tc, const uint8_t *body, size_t len)
 	 * can read its copy of the token (an asymmetric ptrace policy
 	 * leaves that direction inline). */
 	l->peer_pid = a.pid;
-	l->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)a.pid, 0);
-	s.pull_ok = l->pidfd >= 0 && token_readable(l->peer_pid, a.token_addr, l->token);
+	s.pull_ok = shm_pidfd_open(tc->tctx, l, (pid_t)a.pid) >= 0 &&
+		    token_readable(l->peer_pid, a.token_addr, l->token);
 	/* The accepter took the descriptors from our server: that connection
 	 * is the side channel, and memfds go both ways on it. */
 	s.map_ok = atomic_load(&l->side.fd) >= 0 && atomic_load(&l->served_pid) == a.pid;

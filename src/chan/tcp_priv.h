@@ -76,6 +76,11 @@ struct sr_tcp_ctx {
 	struct sr_pollable fdsrv;	/* fd -1: none yet */
 	uint64_t fdsrv_name;		/* random: "\0softrnic-shm-%016llx" */
 	bool fdsrv_failed;
+	/* shm.c: a pidfd for each peer process, shared by all our links to
+	 * it (shm_pidfd_open): a descriptor per peer, not per QP. */
+	pthread_mutex_t pidfd_lock;
+	struct shm_pidfd *pidfds;
+	unsigned int npidfds;
 };
 
 struct tx_fpdu {

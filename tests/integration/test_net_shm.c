@@ -19,6 +19,12 @@
  *   either side posted completes (with success or an error; the QPs go
  *   to ERROR at the end and flush what is left) within a deadline, and
  *   nothing is written next to either side's registered region;
+ * - descriptors: 32 more QPs between the two processes, each on shm:
+ *   each costs at most 3 descriptors on either side (its stream's socket
+ *   and the rings' two eventfds; the peer's pidfd is shared by all the
+ *   links to it, and the offerer lets go of the rings' memfd once the
+ *   accepter took it), so that a program with a couple of hundred QPs
+ *   stays within the usual limit of 1024;
  * - unmapped_in_flight: a WRITE source unmapped after it was queued but
  *   before the peer pulled it fails with IBV_WC_LOC_PROT_ERR (B read
  *   zeros), as over TCP;
@@ -2178,6 +2184,93 @@ static void sub_storm(void)
 		net_fork_run(&o, storm_a, storm_b);
 }
 
+/* ---- descriptors: what a QP on shm costs in file descriptors -------- */
+
+#define DESC_QPS 32
+
+static int fd_count(void)
+{
+	char path[64];
+	int n = 0;
+
+	for (int fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n += access(path, F_OK) == 0;
+	}
+	return n;
+}
+
+static int shm_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	CHECK(f, "open /proc/self/maps");
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:softrnic-shm") != NULL;
+	fclose(f);
+	return n;
+}
+
+static void desc_side(struct net_end *n)
+{
+	struct ibv_qp *qps[DESC_QPS], *first = n->qp;
+	struct ibv_wc wc;
+	int before, after, maps;
+
+	ping(n, 1);		/* (the first QP's stream is up: its cost is in) */
+	net_sync(n, T_READY + 50);
+	before = fd_count();
+	maps = shm_maps();
+	for (int i = 0; i < DESC_QPS; i++) {
+		struct ibv_qp_init_attr ia = {
+			.send_cq = n->scq,
+			.recv_cq = n->rcq,
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+		};
+		uint32_t mine, theirs;
+
+		qps[i] = ibv_create_qp(n->t.pd, &ia);
+		CHECK(qps[i], "ibv_create_qp %d: %s", i, strerror(errno));
+		mine = htobe32(qps[i]->qp_num);
+		oob_write(n->fd, &mine, sizeof(mine));
+		oob_read(n->fd, &theirs, sizeof(theirs), NET_OOB_MS);
+		n->qp = qps[i];
+		n->me.qpn = qps[i]->qp_num;
+		n->peer.qpn = be32toh(theirs);
+		net_qp_connect(n);
+		/* a SEND each way: the stream is up and on its rings */
+		post_recv1(qps[i], 100 + (uint64_t)i, n->b.p + XFER + 8 * KIB, 64, n->b.mr->lkey);
+		net_sync(n, T_READY + 100 + (uint64_t)i);
+		CHECK(post_send1(qps[i], IBV_WR_SEND, 100 + (uint64_t)i, n->b.p + XFER, 64,
+				 n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND %d", i);
+		expect_wc(n->scq, &wc, 100 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+		expect_wc(n->rcq, &wc, 100 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_RECV, "RECV");
+	}
+	net_sync(n, T_READY + 51);
+	after = fd_count();
+	CHECK(shm_maps() - maps == DESC_QPS, "%d of %d more streams on shm", shm_maps() - maps,
+	      DESC_QPS);
+	NOTE("side %c: %d QPs on shm cost %d descriptors", n->role == NET_A ? 'A' : 'B', DESC_QPS,
+	     after - before);
+	CHECK(after - before <= 3 * DESC_QPS + 2, "%d QPs on shm hold %d more descriptors",
+	      DESC_QPS, after - before);
+	for (int i = 0; i < DESC_QPS; i++)
+		CHECK(ibv_destroy_qp(qps[i]) == 0, "destroy QP %d", i);
+	n->qp = first;
+	net_sync(n, T_DONE);
+}
+
+static void sub_descriptors(void)
+{
+	struct net_opts o = shm_opts();
+
+	net_fork_run(&o, desc_side, desc_side);
+}
+
 static void sub_corrupt(void)
 {
 	struct net_opts o = shm_opts();
@@ -2196,6 +2289,7 @@ int main(int argc, char **argv)
 		{ "shrink", sub_shrink },
 		{ "corrupt", sub_corrupt },
 		{ "storm", sub_storm },
+		{ "descriptors", sub_descriptors },
 		{ "unmapped_in_flight", sub_unmapped },
 		{ "mapped", sub_mapped },
 		{ "mapped_userns", sub_mapped_userns },
