@@ -123,6 +123,10 @@ int chan_tcp_connect(struct sr_qp *qp);
 void chan_tcp_qp_ready(struct sr_context *ctx);
 /* Context teardown: the progress thread, listener and unmatched streams. */
 void chan_tcp_ctx_close(struct sr_context *ctx);
+/* The process exits (exit(3), the library's destructor) with QPs it did
+ * not destroy: until deadline (CLOCK_MONOTONIC ns), let the peers pull
+ * what our rings still name in our memory (tcp.c). */
+void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline);
 /* A program polled cq and found it empty: receive what waits on the
  * streams of QPs that complete into it, in the caller's thread, so a busy
  * poller does not wait for the progress thread to wake (DESIGN.md 5). */

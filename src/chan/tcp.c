@@ -495,6 +495,37 @@ void tcp_drain_locked(struct tcp_chan *tc)
 	shutdown(tc->pl.fd, SHUT_WR);
 }
 
+void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
+{
+	struct sr_tcp_ctx *t = ctx->tcp;
+
+	if (!t)
+		return;
+	for (;;) {
+		bool owed = false;
+
+		/* (try-locks: a program thread may hold a lock as exit runs;
+		 * its streams are then not waited for) */
+		if (pthread_mutex_trylock(&t->lock))
+			return;
+		for (struct sr_list *p = t->streams.next; p != &t->streams && !owed; p = p->next) {
+			struct tcp_chan *tc = container_of(p, struct tcp_chan, link);
+
+			if (sr_mutex_trylock(&tc->lock)) {
+				owed = true;	/* (look again) */
+				continue;
+			}
+			owed = tc->state == TS_UP && !tc->closed && shm_pulls_owed(tc) &&
+			       !socket_ended(tc->pl.fd);
+			sr_mutex_unlock(&tc->lock);
+		}
+		pthread_mutex_unlock(&t->lock);
+		if (!owed || progress_now_ns() >= deadline)
+			return;
+		usleep(50);
+	}
+}
+
 static void tcp_revoke(struct sr_chan *ch)
 {
 	shm_revoke(to_tc(ch));

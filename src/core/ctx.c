@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static pthread_mutex_t ctx_list_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -155,6 +156,32 @@ int ctx_open(struct sr_device *dev, struct sr_context **out)
 	if (ret)
 		close(fd);
 	return ret;
+}
+
+/* exit(3) with QPs not destroyed: a peer on this host has not yet taken
+ * the large SENDs and WRITEs it was sent, which it reads from our memory
+ * (DESIGN.md decision 23), and cannot once we are gone: its stream would
+ * end as lost. Over TCP the kernel still holds such bytes after exit; so
+ * here the exit waits for the peers to take them, a second at most in
+ * all, as ibv_destroy_qp does. (Not after _exit or a signal: nothing
+ * runs then; the peers see a crash.) */
+__attribute__((destructor)) static void ctx_exit_drain(void)
+{
+	struct timespec ts;
+	uint64_t deadline;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	deadline = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec + 1000000000ULL;
+	/* (a program thread may hold the list's lock as exit runs) */
+	if (pthread_mutex_trylock(&ctx_list_lock))
+		return;
+	for (struct sr_list *p = ctx_list.next; p != &ctx_list; p = p->next) {
+		struct sr_context *ctx = container_of(p, struct sr_context, link);
+
+		if (ctx->owner == sr_getpid())
+			chan_tcp_exit_drain(ctx, deadline);
+	}
+	pthread_mutex_unlock(&ctx_list_lock);
 }
 
 int ctx_import(struct sr_device *dev, int cmd_fd, struct sr_context **out)

@@ -698,6 +698,79 @@ static void destroy_after_send_b(struct net_end *n)
 	exit(0);
 }
 
+/* The sender exits (exit(3)) right after the post, its QP not destroyed:
+ * B stops A, posts the SEND, has a helper resume A 200 ms later, and
+ * exits. Over shm A pulls the payload from B's memory when it comes to
+ * it, so B's exit waits for that (the library's destructor), as
+ * ibv_destroy_qp does; A must receive B's bytes (before: B was gone, A's
+ * pull failed, its stream ended as lost and the receive was flushed).
+ * Over TCP the kernel holds the bytes. */
+static void wait_stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	uint64_t end = now_ms() + DEADLINE_MS;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (;;) {
+		FILE *f = fopen(path, "r");
+		size_t k = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+		if (f)
+			fclose(f);
+		buf[k] = 0;
+		p = strrchr(buf, ')');
+		if (p && p[1] == ' ' && p[2] == 'T')
+			return;
+		CHECK(now_ms() < end, "A did not stop");
+		usleep(1000);
+	}
+}
+
+static void exit_after_send_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	recv_stopped(n);
+	/* (stopped by B here, and resumed by its helper) */
+	expect_wc(n->rcq, &wc, 0x51, IBV_WC_SUCCESS, IBV_WC_RECV,
+		  "a SEND whose sender exited right after the post");
+	CHECK(wc.byte_len == EXIT_SEND, "byte_len %u, want %u", wc.byte_len, EXIT_SEND);
+	check_pattern(n->b.p, EXIT_SEND, 12, "payload of a sender that exited");
+	int st = net_wait_child(n->peer_pid, 10000);
+	net_check_child_status(st, "B");
+	n->peer_pid = 0;
+}
+
+static void exit_after_send_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+	pid_t a = getppid(), helper;
+
+	fill_pattern(n->b.p, EXIT_SEND, 12);
+	net_expect(n, T_READY, "A's receives posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p, 1000, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
+	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND, "small SEND");
+	net_expect(n, T_DONE, "A took the small SEND");
+	CHECK(kill(a, SIGSTOP) == 0, "SIGSTOP A: %s", strerror(errno));
+	wait_stopped(a);
+	fill_pattern(n->b.p, EXIT_SEND, 12);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	usleep(20 * 1000);	/* (into the ring) */
+	helper = fork();
+	CHECK(helper >= 0, "fork");
+	if (helper == 0) {
+		/* (holds none of B's descriptors: B's end goes as B does) */
+		for (int fd = 3; fd < 1024; fd++)
+			close(fd);
+		usleep(200 * 1000);
+		kill(a, SIGCONT);
+		_exit(0);
+	}
+	exit(0);	/* no ibv_destroy_qp: the process just ends */
+}
+
 /* The same with the QP moved to ERROR instead: the SEND is flushed, the
  * program writes into its buffer, then B runs. B may not deliver the
  * overwrite: its receive completes with A's bytes of the post, or fails,
@@ -751,6 +824,7 @@ static const struct pcase cases[] = {
 	CASE(killed_mid_send, mid_send_opts),
 	CASE(destroy_after_send, exit_send_opts),
 	CASE(error_after_send, exit_send_opts),
+	CASE(exit_after_send, exit_send_opts),
 };
 
 static void run_case(size_t i)
@@ -763,7 +837,7 @@ static void run_case(size_t i)
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
-SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9) SUB(10)
+SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9) SUB(10) SUB(11)
 
 int main(int argc, char **argv)
 {
@@ -773,7 +847,7 @@ int main(int argc, char **argv)
 		{ cases[4].name, sub4 }, { cases[5].name, sub5 },
 		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
 		{ cases[8].name, sub8 }, { cases[9].name, sub9 },
-		{ cases[10].name, sub10 },
+		{ cases[10].name, sub10 }, { cases[11].name, sub11 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
