@@ -124,8 +124,9 @@ void chan_tcp_qp_ready(struct sr_context *ctx);
 /* Context teardown: the progress thread, listener and unmatched streams. */
 void chan_tcp_ctx_close(struct sr_context *ctx);
 /* The process exits (exit(3), the library's destructor) with QPs it did
- * not destroy: until deadline (CLOCK_MONOTONIC ns), let the peers pull
- * what our rings still name in our memory (tcp.c). */
+ * not destroy: until deadline (CLOCK_MONOTONIC ns), let the progress
+ * thread write what is queued and not yet in a socket or ring, and the
+ * peers pull what our rings still name in our memory (tcp.c). */
 void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline);
 /* A program polled cq and found it empty: receive what waits on the
  * streams of QPs that complete into it, in the caller's thread, so a busy

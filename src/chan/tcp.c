@@ -504,10 +504,14 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 	for (;;) {
 		bool owed = false;
 
-		/* (try-locks: a program thread may hold a lock as exit runs;
-		 * its streams are then not waited for) */
-		if (pthread_mutex_trylock(&t->lock))
-			return;
+		/* (try-locks: a program thread may hold a lock as exit runs,
+		 * and never let go: then the deadline ends the wait) */
+		if (pthread_mutex_trylock(&t->lock)) {
+			if (progress_now_ns() >= deadline)
+				return;
+			usleep(50);
+			continue;
+		}
 		for (struct sr_list *p = t->streams.next; p != &t->streams && !owed; p = p->next) {
 			struct tcp_chan *tc = container_of(p, struct tcp_chan, link);
 
@@ -515,8 +519,10 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 				owed = true;	/* (look again) */
 				continue;
 			}
-			owed = tc->state == TS_UP && !tc->closed && shm_pulls_owed(tc) &&
-			       !socket_ended(tc->pl.fd);
+			/* (written, or on the ring and pulled: the kernel
+			 * sends what our socket holds after we are gone) */
+			owed = tc->state == TS_UP && !tc->closed && !socket_ended(tc->pl.fd) &&
+			       (!sr_list_empty(&tc->txq) || tc->cur || shm_pulls_owed(tc));
 			sr_mutex_unlock(&tc->lock);
 		}
 		pthread_mutex_unlock(&t->lock);

@@ -172,9 +172,13 @@ __attribute__((destructor)) static void ctx_exit_drain(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	deadline = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec + 1000000000ULL;
-	/* (a program thread may hold the list's lock as exit runs) */
-	if (pthread_mutex_trylock(&ctx_list_lock))
-		return;
+	/* (a program thread may hold the list's lock as exit runs: a
+	 * millisecond for it, no more) */
+	for (int i = 0; pthread_mutex_trylock(&ctx_list_lock); i++) {
+		if (i == 20)
+			return;
+		usleep(50);
+	}
 	for (struct sr_list *p = ctx_list.next; p != &ctx_list; p = p->next) {
 		struct sr_context *ctx = container_of(p, struct sr_context, link);
 

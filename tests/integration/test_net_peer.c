@@ -699,7 +699,7 @@ static void destroy_after_send_b(struct net_end *n)
 }
 
 /* The sender exits (exit(3)) right after the post, its QP not destroyed:
- * B stops A, posts the SEND, has a helper resume A 200 ms later, and
+ * with the stream on shm both ways (both_ways), B stops A, posts the SEND, has a helper resume A 200 ms later, and
  * exits. Over shm A pulls the payload from B's memory when it comes to
  * it, so B's exit waits for that (the library's destructor), as
  * ibv_destroy_qp does; A must receive B's bytes (before: B was gone, A's
@@ -726,10 +726,35 @@ static void wait_stopped(pid_t pid)
 	}
 }
 
+/* SENDs both ways until both rings carried a record (over shm: the
+ * switch is behind both ends), or 64 rounds (TCP). */
+static void both_ways(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	for (uint64_t id = 1;; id++) {
+		uint8_t *base = NULL;
+		size_t len = shm_mapping(&base);
+		uint64_t used = len && shm_rings_used(base, len), peer;
+
+		post_recv1(n->qp, 0x60, n->b.p + 4096, 64, n->b.mr->lkey);
+		net_sync(n, 0x1000 + id);
+		CHECK(post_send1(n->qp, IBV_WR_SEND, 0x61, n->b.p, 64, n->b.mr->lkey,
+				 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+		expect_wc(n->scq, &wc, 0x61, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+		expect_wc(n->rcq, &wc, 0x60, IBV_WC_SUCCESS, IBV_WC_RECV, "RECV");
+		net_put(n, used);
+		peer = net_get(n);
+		if ((used && peer) || id == 64)
+			return;
+	}
+}
+
 static void exit_after_send_a(struct net_end *n)
 {
 	struct ibv_wc wc;
 
+	both_ways(n);
 	recv_stopped(n);
 	/* (stopped by B here, and resumed by its helper) */
 	expect_wc(n->rcq, &wc, 0x51, IBV_WC_SUCCESS, IBV_WC_RECV,
@@ -746,6 +771,7 @@ static void exit_after_send_b(struct net_end *n)
 	struct ibv_wc wc;
 	pid_t a = getppid(), helper;
 
+	both_ways(n);
 	fill_pattern(n->b.p, EXIT_SEND, 12);
 	net_expect(n, T_READY, "A's receives posted");
 	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p, 1000, n->b.mr->lkey,
