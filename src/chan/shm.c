@@ -57,12 +57,10 @@ static int io_get(void *dst, const void *src, size_t n)
 	return mem_read(dst, (uintptr_t)src, n);
 }
 
-/* Is the peer still the process we verified? A pid is only reused once
- * its process is gone, so a pull that finished before this says "alive"
- * read the right process. */
-bool shm_peer_alive(const struct shm_link *l)
+/* Has the process behind this pidfd exited? */
+static bool pidfd_exited(int fd)
 {
-	struct pollfd p = { .fd = l->pidfd, .events = POLLIN };
+	struct pollfd p = { .fd = fd, .events = POLLIN };
 	int saved = errno, r;
 
 	/* Only a readable pidfd says "exited". A program's signals (qperf's
@@ -72,7 +70,15 @@ bool shm_peer_alive(const struct shm_link *l)
 		r = poll(&p, 1, 0);
 	while (r < 0 && errno == EINTR);
 	errno = saved;
-	return r <= 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
+	return r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Is the peer still the process we verified? A pid is only reused once
+ * its process is gone, so a pull that finished before this says "alive"
+ * read the right process. */
+bool shm_peer_alive(const struct shm_link *l)
+{
+	return !pidfd_exited(l->pidfd);
 }
 
 ssize_t shm_io_pull(void *arg, const struct iovec *dst, int n, uint64_t raddr, size_t len)
@@ -239,18 +245,6 @@ void shm_offer_unlist(struct shm_link *l)
 	sr_list_del(&l->offer_link);
 	pthread_mutex_unlock(&t->offers_lock);
 	l->offers_t = NULL;
-}
-
-/* Has the process behind this pidfd exited (it reads as ready)? */
-static bool pidfd_exited(int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int r;
-
-	do
-		r = poll(&p, 1, 0);
-	while (r < 0 && errno == EINTR);
-	return r > 0;
 }
 
 int shm_pidfd_open(struct sr_tcp_ctx *t, struct shm_link *l, pid_t pid)

@@ -427,8 +427,7 @@ void tcp_drain_locked(struct tcp_chan *tc)
 		uint64_t now;
 
 		tcp_flush_locked(tc);
-		if (tc->tx_gate ||
-		    (sr_list_empty(&tc->txq) && !tc->cur && tc->slot_head == tc->slot_tail))
+		if (tc->tx_gate || only_ack_owed(tc))
 			break;
 		now = progress_now_ns();
 		if (tc->shm_tx) {
@@ -519,10 +518,10 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 				owed = true;	/* (look again) */
 				continue;
 			}
-			/* (written, or on the ring and pulled: the kernel
+			/* (written, and pulled if on the ring: the kernel
 			 * sends what our socket holds after we are gone) */
 			owed = tc->state == TS_UP && !tc->closed && !socket_ended(tc->pl.fd) &&
-			       (!sr_list_empty(&tc->txq) || tc->cur || shm_pulls_owed(tc));
+			       (!only_ack_owed(tc) || shm_pulls_owed(tc));
 			sr_mutex_unlock(&tc->lock);
 		}
 		pthread_mutex_unlock(&t->lock);

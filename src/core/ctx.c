@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 static pthread_mutex_t ctx_list_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -167,11 +166,8 @@ int ctx_open(struct sr_device *dev, struct sr_context **out)
  * runs then; the peers see a crash.) */
 __attribute__((destructor)) static void ctx_exit_drain(void)
 {
-	struct timespec ts;
-	uint64_t deadline;
+	uint64_t deadline = progress_now_ns() + 1000000000ULL;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	deadline = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec + 1000000000ULL;
 	/* (a program thread may hold the list's lock as exit runs: a
 	 * millisecond for it, no more) */
 	for (int i = 0; pthread_mutex_trylock(&ctx_list_lock); i++) {

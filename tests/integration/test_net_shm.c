@@ -138,6 +138,7 @@
  */
 #include "net_common.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <limits.h>
@@ -236,18 +237,43 @@ static void used_b(struct net_end *n) { traffic_b(n, true); }
 static void off_a(struct net_end *n) { traffic_a(n, false); }
 static void off_b(struct net_end *n) { traffic_b(n, false); }
 
+/* Pings until both rings have carried a record, as B sees them
+ * (rings_used_b, run beside): then the garbage a test writes there is
+ * read, not written over by the switch's first records. */
+static void rings_used_a(struct net_end *n)
+{
+	for (uint64_t id = 1;; id++) {
+		ping(n, id);
+		if (net_get(n))
+			return;	/* (B: both rings used) */
+		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
+	}
+}
+
+/* ... B's side: the shared area's base and size. */
+static size_t rings_used_b(struct net_end *n, uint8_t **base)
+{
+	for (uint64_t id = 1;; id++) {
+		size_t len;
+		bool used;
+
+		ping(n, id);
+		len = shm_mapping(base);
+		used = len && shm_rings_used(*base, len);
+		net_put(n, used);
+		if (used)
+			return len;
+		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
+	}
+}
+
 static void corrupt_a(struct net_end *n)
 {
 	struct ibv_wc wc;
 	int st;
 	uint8_t *canary = n->b.p + XFER + 16 * KIB;
 
-	for (uint64_t id = 1; ; id++) {
-		ping(n, id);
-		if (net_get(n))
-			break;	/* (B: both rings used) */
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
+	rings_used_a(n);
 	memset(canary, 0xc5, 4 * KIB);
 	post_recv1(n->qp, 20, n->b.p + XFER + 8 * KIB, 64, n->b.mr->lkey);
 	net_put(n, T_CORRUPT);
@@ -282,17 +308,7 @@ static void corrupt_b(struct net_end *n)
 	size_t len;
 	unsigned int seed = 4242;
 
-	for (uint64_t id = 1; ; id++) {
-		bool used;
-
-		ping(n, id);
-		len = shm_mapping(&base);
-		used = len && shm_rings_used(base, len);
-		net_put(n, used);
-		if (used)
-			break;
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
+	len = rings_used_b(n, &base);
 	net_expect(n, T_CORRUPT, "A ready");
 	/* every byte after the magic: indices, flags, records */
 	for (size_t i = 16; i < len; i++)
@@ -2110,12 +2126,7 @@ static void storm_a(struct net_end *n)
 {
 	struct storm st;
 
-	for (uint64_t id = 1;; id++) {
-		ping(n, id);
-		if (net_get(n))
-			break;	/* (B: both rings carried a record) */
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
+	rings_used_a(n);
 	storm_setup(n, &st);
 	storm_run(n, &st, "A");
 }
@@ -2155,17 +2166,7 @@ static void storm_b(struct net_end *n)
 	struct storm st;
 	pthread_t t;
 
-	for (uint64_t id = 1;; id++) {
-		bool used;
-
-		ping(n, id);
-		s.len = shm_mapping(&s.base);
-		used = s.len && shm_rings_used(s.base, s.len);
-		net_put(n, used);
-		if (used)
-			break;
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
+	s.len = rings_used_b(n, &s.base);
 	storm_setup(n, &st);
 	CHECK(pthread_create(&t, NULL, scribble, &s) == 0, "pthread_create");
 	storm_run(n, &st, "B");
@@ -2190,13 +2191,13 @@ static void sub_storm(void)
 
 static int fd_count(void)
 {
-	char path[64];
+	DIR *d = opendir("/proc/self/fd");
 	int n = 0;
 
-	for (int fd = 0; fd < 4096; fd++) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		n += access(path, F_OK) == 0;
-	}
+	CHECK(d, "opendir /proc/self/fd");
+	while (readdir(d))
+		n++;
+	closedir(d);
 	return n;
 }
 
