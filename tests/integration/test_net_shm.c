@@ -828,7 +828,7 @@ static void mapped_run(int own_userns)
 
 /* write_stream: 8 KiB WRITEs, first a lone one (inline: a pull's system
  * call would cost its latency), then 64 posted at once, each with its
- * own pattern at its own offset. The stream's are pulled by B once 8 of
+ * own pattern at its own offset, B stopped meanwhile. The stream's are pulled by B once 8 of
  * A's requests are unanswered (SHM_PULL_MIN_STREAM, SHM_STREAM_REQS):
  * B's stats line counts at least half of them pulled, and every byte of
  * every WRITE lands where it was aimed. Regions stay private
@@ -840,6 +840,7 @@ static void mapped_run(int own_userns)
 static void wstream_a(struct net_end *n)
 {
 	struct ibv_wc wc;
+	int st;
 
 	ping_at(n, 1, WS_PING);
 	net_expect(n, T_READY + 10, "B's target cleared");
@@ -847,12 +848,18 @@ static void wstream_a(struct net_end *n)
 	net_expect(n, T_DONE + 1, "B checked the lone WRITE");
 	for (int i = 0; i < WS_N; i++)
 		fill_pattern(n->b.p + (size_t)i * WS_LEN, WS_LEN, 300 + (uint32_t)i);
+	/* (B stopped while we post: how many of the stream's WRITEs find 8
+	 * unanswered ahead of them must not hang on how fast B answers;
+	 * a quick B left 28 of 64 once) */
+	CHECK(kill(n->peer_pid, SIGSTOP) == 0, "SIGSTOP");
+	CHECK(waitpid(n->peer_pid, &st, WUNTRACED) == n->peer_pid && WIFSTOPPED(st), "B stopped");
 	for (int i = 0; i < WS_N; i++)
 		CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 2000 + (uint64_t)i,
 				 n->b.p + (size_t)i * WS_LEN, WS_LEN, n->b.mr->lkey,
 				 i == WS_N - 1 ? IBV_SEND_SIGNALED : 0,
 				 n->peer.addr + (uint64_t)i * WS_LEN, n->peer.rkey, 0) == 0,
 		      "post WRITE %d", i);
+	CHECK(kill(n->peer_pid, SIGCONT) == 0, "SIGCONT");
 	expect_wc(n->scq, &wc, 2000 + WS_N - 1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
 		  "the stream's last WRITE");
 	net_put(n, T_DONE + 2);
