@@ -730,6 +730,38 @@ static NET_UNUSED bool shm_rings_used(const uint8_t *base, size_t len)
 /* A descriptor of the rings' memfd (the shared area at base, len bytes),
  * read-write: one the library keeps (the offerer does), or the mapping's
  * (/proc/self/map_files, CAP_SYS_ADMIN); -1 if neither. */
+/* Pings (ping: the test's own, one SEND each way) until B has seen both
+ * rings of the shared area carry a record (shm_rings_used): what a test
+ * then writes there is read, not written over by the switch's first
+ * records. A's side; net_until_used_b runs beside it and tells. */
+static NET_UNUSED void net_until_used_a(struct net_end *n, void (*ping)(struct net_end *, uint64_t))
+{
+	for (uint64_t id = 1;; id++) {
+		ping(n, id);
+		if (net_get(n))
+			return;
+		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
+	}
+}
+
+/* ... B's side: the shared area's base (*base) and size. */
+static NET_UNUSED size_t net_until_used_b(struct net_end *n, void (*ping)(struct net_end *, uint64_t),
+					  uint8_t **base)
+{
+	for (uint64_t id = 1;; id++) {
+		size_t len;
+		bool used;
+
+		ping(n, id);
+		len = shm_mapping(base);
+		used = len && shm_rings_used(*base, len);
+		net_put(n, used);
+		if (used)
+			return len;
+		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
+	}
+}
+
 static NET_UNUSED int shm_rings_fd(const uint8_t *base, size_t len)
 {
 	char path[128], link[256];

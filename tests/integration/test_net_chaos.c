@@ -63,33 +63,6 @@ static void ping(struct net_end *n, uint64_t id)
 	expect_wc(n->rcq, &wc, id, IBV_WC_SUCCESS, IBV_WC_RECV, "RECV");
 }
 
-/* Pings until B has seen both rings carry a record. */
-static void until_used_a(struct net_end *n)
-{
-	for (uint64_t id = 1;; id++) {
-		ping(n, id);
-		if (net_get(n))
-			return;
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
-}
-
-static size_t until_used_b(struct net_end *n, uint8_t **base)
-{
-	for (uint64_t id = 1;; id++) {
-		size_t len;
-		bool used;
-
-		ping(n, id);
-		len = shm_mapping(base);
-		used = len && shm_rings_used(*base, len);
-		net_put(n, used);
-		if (used)
-			return len;
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
-}
-
 /* Completions of one CQ, none waited for: each is counted off *left
  * (every completion is of something posted: a count that goes below
  * zero is a completion from nowhere); an error status sets *err (and
@@ -188,7 +161,7 @@ static void scribble_a(struct net_end *n)
 	CHECK(lmr, "ibv_reg_mr (local only): %s", strerror(errno));
 	fill_pattern(n->b.p, XFER, 31);
 
-	until_used_a(n);
+	net_until_used_a(n, ping);
 	if (!net_get(n)) {
 		/* (B found no descriptor of the rings to map them itself) */
 		net_check_child_status(net_wait_child(n->peer_pid, 10000), "B");
@@ -310,7 +283,7 @@ static void scribble_b(struct net_end *n)
 	pthread_t t;
 	int fd, sends = 0, recvs = 0, answered = 0;
 	bool err = false;
-	size_t len = until_used_b(n, &base);
+	size_t len = net_until_used_b(n, ping, &base);
 
 	fd = shm_rings_fd(base, len);
 	net_put(n, fd >= 0);

@@ -12,13 +12,6 @@
  *   in one run in twenty); A's QP goes to ERROR, its posted receives
  *   are flushed, and A does not crash (its memory outside the rings is
  *   untouched);
- * - storm: B keeps scribbling on the shared area (a random byte, or a
- *   random 8-byte word, every 10-100 us, or 10-2000, for STORM_MS) while both sides
- *   run SENDs, WRITEs and READs of 0 B-64 KiB at each other, STORM_ROUNDS
- *   times with other seeds: neither process crashes, every work request
- *   either side posted completes (with success or an error; the QPs go
- *   to ERROR at the end and flush what is left) within a deadline, and
- *   nothing is written next to either side's registered region;
  * - descriptors: 32 more QPs between the two processes, each on shm:
  *   each costs at most 3 descriptors on either side (its stream's socket
  *   and the rings' two eventfds; the peer's pidfd is shared by all the
@@ -140,7 +133,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -237,43 +229,13 @@ static void used_b(struct net_end *n) { traffic_b(n, true); }
 static void off_a(struct net_end *n) { traffic_a(n, false); }
 static void off_b(struct net_end *n) { traffic_b(n, false); }
 
-/* Pings until both rings have carried a record, as B sees them
- * (rings_used_b, run beside): then the garbage a test writes there is
- * read, not written over by the switch's first records. */
-static void rings_used_a(struct net_end *n)
-{
-	for (uint64_t id = 1;; id++) {
-		ping(n, id);
-		if (net_get(n))
-			return;	/* (B: both rings used) */
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
-}
-
-/* ... B's side: the shared area's base and size. */
-static size_t rings_used_b(struct net_end *n, uint8_t **base)
-{
-	for (uint64_t id = 1;; id++) {
-		size_t len;
-		bool used;
-
-		ping(n, id);
-		len = shm_mapping(base);
-		used = len && shm_rings_used(*base, len);
-		net_put(n, used);
-		if (used)
-			return len;
-		CHECK(id < 64, "the rings carried nothing in %d rounds", (int)id);
-	}
-}
-
 static void corrupt_a(struct net_end *n)
 {
 	struct ibv_wc wc;
 	int st;
 	uint8_t *canary = n->b.p + XFER + 16 * KIB;
 
-	rings_used_a(n);
+	net_until_used_a(n, ping);
 	memset(canary, 0xc5, 4 * KIB);
 	post_recv1(n->qp, 20, n->b.p + XFER + 8 * KIB, 64, n->b.mr->lkey);
 	net_put(n, T_CORRUPT);
@@ -308,7 +270,7 @@ static void corrupt_b(struct net_end *n)
 	size_t len;
 	unsigned int seed = 4242;
 
-	len = rings_used_b(n, &base);
+	len = net_until_used_b(n, ping, &base);
 	net_expect(n, T_CORRUPT, "A ready");
 	/* every byte after the magic: indices, flags, records */
 	for (size_t i = 16; i < len; i++)
@@ -1992,206 +1954,6 @@ static void sub_full_uc(void)
 		   "writes that found the ring full, " STR(FULL_MSGS) " SENDs of 8 KiB, UC");
 }
 
-/* ---- storm: a peer that keeps scribbling on the shared area ----------- */
-
-#define STORM_LEN (1 * MIB)		/* the registered region of each side */
-#define STORM_GUARD (64 * KIB)		/* unregistered, on both sides of it */
-#define STORM_MS 800
-#define STORM_ROUNDS 3
-#define STORM_SLOTS 8			/* receives of 64 KiB, at the start */
-#define STORM_SRC (512 * KIB)		/* what we send from */
-#define STORM_DST (768 * KIB)		/* where the peer WRITEs and READs */
-
-static unsigned int storm_seed;
-
-struct storm {
-	uint8_t *map, *p;		/* the mapping, and the region in it */
-	struct ibv_mr *mr;
-	uint64_t peer_addr;
-	uint32_t peer_rkey;
-	uint32_t posted, done;		/* work requests, and their completions */
-	uint32_t recvs, errors;
-	unsigned int seed;
-	bool err;			/* the QP is in ERROR: post nothing */
-};
-
-static void storm_setup(struct net_end *n, struct storm *st)
-{
-	size_t whole = STORM_LEN + 2 * STORM_GUARD;
-
-	memset(st, 0, sizeof(*st));
-	st->seed = storm_seed * 2 + (n->role == NET_B);
-	st->map = mmap(NULL, whole, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(st->map != MAP_FAILED, "mmap");
-	memset(st->map, 0xc5, whole);
-	st->p = st->map + STORM_GUARD;
-	st->mr = ibv_reg_mr(n->t.pd, st->p, STORM_LEN, ACC_ALL);
-	CHECK(st->mr, "ibv_reg_mr: %s", strerror(errno));
-	net_put(n, (uintptr_t)st->p);
-	net_put(n, st->mr->rkey);
-	st->peer_addr = net_get(n);
-	st->peer_rkey = (uint32_t)net_get(n);
-}
-
-static void storm_recv(struct net_end *n, struct storm *st, uint32_t slot)
-{
-	post_recv1(n->qp, 1000 + slot, st->p + (size_t)slot * 64 * KIB, 64 * KIB, st->mr->lkey);
-	st->posted++;
-}
-
-/* One request of the mix, if the QP takes it. */
-static void storm_post(struct net_end *n, struct storm *st)
-{
-	static const uint32_t sends[] = { 0, 8, 64, 1000, 8192, 65536 };
-	static const uint32_t rdmas[] = { 8, 4096, 65536 };
-	unsigned int r = (unsigned int)rand_r(&st->seed);
-	enum ibv_wr_opcode op = r % 3 == 0 ? IBV_WR_SEND : r % 3 == 1 ? IBV_WR_RDMA_WRITE
-								 : IBV_WR_RDMA_READ;
-	uint32_t len = op == IBV_WR_SEND ? sends[(r >> 4) % ARRAY_SIZE(sends)]
-					 : rdmas[(r >> 4) % ARRAY_SIZE(rdmas)];
-	uint8_t *local = st->p + STORM_SRC + (op == IBV_WR_RDMA_READ ? 128 * KIB : 0);
-
-	if (op != IBV_WR_RDMA_READ)
-		fill_pattern(local, len, r);
-	if (post_send1(n->qp, op, 1, local, len, st->mr->lkey, IBV_SEND_SIGNALED,
-		       st->peer_addr + STORM_DST, st->peer_rkey, 0) == 0)
-		st->posted++;
-	else
-		st->err = true;		/* (refused: the QP is in ERROR) */
-}
-
-/* Completions there now; a receive is posted again while the QP works. */
-static void storm_reap(struct net_end *n, struct storm *st)
-{
-	struct ibv_cq *cqs[] = { n->scq, n->rcq };
-	struct ibv_wc wc[16];
-
-	for (int c = 0; c < 2; c++) {
-		int k = ibv_poll_cq(cqs[c], 16, wc);
-
-		CHECK(k >= 0, "ibv_poll_cq: %d", k);
-		for (int i = 0; i < k; i++) {
-			st->done++;
-			if (wc[i].status != IBV_WC_SUCCESS) {
-				st->errors++;
-				st->err = true;
-			}
-			if (wc[i].wr_id >= 1000) {
-				CHECK(wc[i].wr_id < 1000 + STORM_SLOTS, "receive wr_id %llu",
-				      (unsigned long long)wc[i].wr_id);
-				if (wc[i].status == IBV_WC_SUCCESS) {
-					st->recvs++;
-					CHECK(wc[i].byte_len <= 64 * KIB, "received %u bytes",
-					      wc[i].byte_len);
-				}
-				if (!st->err)
-					storm_recv(n, st, (uint32_t)(wc[i].wr_id - 1000));
-			}
-		}
-	}
-}
-
-/* Traffic for STORM_MS, then the QP to ERROR: every request posted must
- * complete, and nothing next to the region may change. */
-static void storm_run(struct net_end *n, struct storm *st, const char *who)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
-	uint64_t end = now_ms() + STORM_MS, deadline;
-
-	for (uint32_t i = 0; i < STORM_SLOTS; i++)
-		storm_recv(n, st, i);
-	net_sync(n, T_READY + 1);
-	while (now_ms() < end) {
-		/* (at most 8 requests out; receives are STORM_SLOTS more) */
-		if (!st->err && st->posted - st->done < STORM_SLOTS + 8)
-			storm_post(n, st);
-		storm_reap(n, st);
-	}
-	/* What is left settles within the transport's timeout (7 retries
-	 * of 67 ms), or is flushed now. */
-	deadline = now_ms() + 8000;
-	while (st->posted - st->done > STORM_SLOTS && now_ms() < deadline)
-		storm_reap(n, st);
-	CHECK(ibv_modify_qp(n->qp, &a, IBV_QP_STATE) == 0, "%s: QP to ERROR", who);
-	st->err = true;
-	deadline = now_ms() + DEADLINE_MS;
-	while (st->done != st->posted && now_ms() < deadline)
-		storm_reap(n, st);
-	CHECK(st->done == st->posted, "%s: %u of %u work requests completed", who, st->done,
-	      st->posted);
-	check_filled(st->map, 0xc5, STORM_GUARD, "memory before the region");
-	check_filled(st->p + STORM_LEN, 0xc5, STORM_GUARD, "memory after the region");
-	if (getenv("INTEG_NET_VERBOSE"))
-		NOTE("%s: %u requests, %u received, %u errors", who, st->posted, st->recvs,
-		     st->errors);
-	CHECK(ibv_dereg_mr(st->mr) == 0, "dereg");
-	munmap(st->map, STORM_LEN + 2 * STORM_GUARD);
-	net_sync(n, T_DONE);
-}
-
-static void storm_a(struct net_end *n)
-{
-	struct storm st;
-
-	rings_used_a(n);
-	storm_setup(n, &st);
-	storm_run(n, &st, "A");
-}
-
-struct scribbler {
-	uint8_t *base;
-	size_t len;
-	unsigned int seed, gap_us;	/* the most between two scribbles */
-	_Atomic bool stop;
-};
-
-static void *scribble(void *arg)
-{
-	struct scribbler *s = arg;
-
-	while (!atomic_load(&s->stop)) {
-		unsigned int r = (unsigned int)rand_r(&s->seed);
-		/* (past the magic, as in corrupt: indices, flags, records) */
-		size_t off = 16 + (size_t)rand_r(&s->seed) % (s->len - 24);
-
-		if (r % 5 == 0) {
-			uint64_t v = (uint64_t)rand_r(&s->seed) << 33 ^ (uint64_t)rand_r(&s->seed);
-
-			memcpy(s->base + (off & ~(size_t)7), &v, sizeof(v));
-		} else {
-			s->base[off] = (uint8_t)(r >> 8);
-		}
-		usleep(10 + r % s->gap_us);
-	}
-	return NULL;
-}
-
-static void storm_b(struct net_end *n)
-{
-	/* (every other round sparse: a stream that lives longer under it) */
-	struct scribbler s = { .seed = storm_seed * 7919, .gap_us = storm_seed % 2 ? 90 : 2000 };
-	struct storm st;
-	pthread_t t;
-
-	s.len = rings_used_b(n, &s.base);
-	storm_setup(n, &st);
-	CHECK(pthread_create(&t, NULL, scribble, &s) == 0, "pthread_create");
-	storm_run(n, &st, "B");
-	atomic_store(&s.stop, true);
-	pthread_join(t, NULL);
-}
-
-static void sub_storm(void)
-{
-	struct net_opts o = shm_opts();
-
-	/* (INTEG_STORM_SEED: another first seed, to look further) */
-	unsigned int first = getenv("INTEG_STORM_SEED") ? (unsigned int)atoi(getenv("INTEG_STORM_SEED")) : 1;
-
-	for (storm_seed = first; storm_seed < first + STORM_ROUNDS; storm_seed++)
-		net_fork_run(&o, storm_a, storm_b);
-}
-
 /* ---- descriptors: what a QP on shm costs in file descriptors -------- */
 
 #define DESC_QPS 32
@@ -2296,7 +2058,6 @@ int main(int argc, char **argv)
 		{ "no_pidfd", sub_no_pidfd },
 		{ "shrink", sub_shrink },
 		{ "corrupt", sub_corrupt },
-		{ "storm", sub_storm },
 		{ "descriptors", sub_descriptors },
 		{ "unmapped_in_flight", sub_unmapped },
 		{ "mapped", sub_mapped },
