@@ -494,6 +494,75 @@ void tcp_drain_locked(struct tcp_chan *tc)
 	shutdown(tc->pl.fd, SHUT_WR);
 }
 
+/* Requests posted that no stream carries yet: a QP connected by hand
+ * (reliable or not), in RTS, whose stream the peer has not opened (it
+ * dials us) or is not up (ours), with WQEs its channel has not taken.
+ * The program sees an RTS QP as connected, as on hardware, where the
+ * NIC sends within microseconds of the post. */
+static bool qp_unsent(struct sr_qp *qp)
+{
+	return qp->state == IBV_QPS_RTS && !qp->peer_gone && qp->sq_next != qp->sq_tail &&
+	       (qp_type(qp) == IBV_QPT_RC || qp_type(qp) == IBV_QPT_UC);
+}
+
+/* Does a QP of ctx wait for its peer to dial it, with requests posted?
+ * (true also when a lock is busy: look again) */
+static bool ctx_unsent(struct sr_context *ctx)
+{
+	bool owed = false;
+
+	if (pthread_mutex_trylock(&ctx->lock))
+		return true;
+	for (int i = 1; i <= SR_MAX_QP && !owed; i++) {
+		struct sr_qp *qp = ctx->qps[i];
+
+		if (!qp || qp->dying)
+			continue;
+		if (sr_mutex_trylock(&qp->lock)) {
+			owed = true;
+			continue;
+		}
+		owed = !qp->chan && qp_unsent(qp);
+		sr_mutex_unlock(&qp->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return owed;
+}
+
+/* Does the exit have to wait for this stream? Up or on its way up
+ * (dialing, or waiting for the MPA request or reply), with requests of
+ * its QP queued or still posted, a payload the peer has still to pull
+ * from us, or bytes the kernel has not sent: a process that ends with
+ * input unread (a control message of the peer's, say) closes its socket
+ * with a reset, which drops them. tc->lock held. */
+static bool exit_owed_locked(struct tcp_chan *tc)
+{
+	bool owed;
+	int unsent = 0;
+
+	if (tc->closed || socket_ended(tc->pl.fd))
+		return false;
+	if (tc->state == TS_UP) {
+		if (!only_ack_owed(tc) || shm_pulls_owed(tc))
+			return true;
+		if (ioctl(tc->pl.fd, SIOCOUTQNSD, &unsent) == 0 && unsent > 0)
+			return true;
+	} else if (tc->state != TS_DIALING && tc->state != TS_REQ_SENT &&
+		   tc->state != TS_ACCEPTED && tc->state != TS_HELD) {
+		return false;
+	} else if (!only_ack_owed(tc)) {
+		return true;
+	}
+	if (!tc->qp)
+		return false;	/* (an accepted stream not matched yet:
+				 * its QP is ctx_unsent's) */
+	if (sr_mutex_trylock(&tc->qp->lock))
+		return true;
+	owed = qp_unsent(tc->qp);
+	sr_mutex_unlock(&tc->qp->lock);
+	return owed;
+}
+
 void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 {
 	struct sr_tcp_ctx *t = ctx->tcp;
@@ -501,7 +570,7 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 	if (!t)
 		return;
 	for (;;) {
-		bool owed = false;
+		bool owed = ctx_unsent(ctx);
 
 		/* (try-locks: a program thread may hold a lock as exit runs,
 		 * and never let go: then the deadline ends the wait) */
@@ -520,8 +589,7 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 			}
 			/* (written, and pulled if on the ring: the kernel
 			 * sends what our socket holds after we are gone) */
-			owed = tc->state == TS_UP && !tc->closed && !socket_ended(tc->pl.fd) &&
-			       (!only_ack_owed(tc) || shm_pulls_owed(tc));
+			owed = exit_owed_locked(tc);
 			sr_mutex_unlock(&tc->lock);
 		}
 		pthread_mutex_unlock(&t->lock);

@@ -838,6 +838,56 @@ static void error_after_send_b(struct net_end *n)
 	exit(0);
 }
 
+/* The sender exits (exit(3), no ibv_destroy_qp) the moment its QP is in
+ * RTS and its two SENDs are posted, a small one and one of EXIT_SEND
+ * bytes: on a host where the stream moves to shm, that is while the
+ * offer, the switch and the accept are under way (or just after), so the
+ * exit's drain must wait for the handshake's end or the stream's, and
+ * what the SENDs carried must arrive either way (over TCP the kernel
+ * holds it). B waits `early_delay_us` before its posts: each run of
+ * the subtest tries a few, so the exit meets the handshake at different
+ * steps. */
+static unsigned int early_delay_us;
+
+static void exit_early_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 0x50, n->b.p + EXIT_SEND, 1000, n->b.mr->lkey);
+	post_recv1(n->qp, 0x51, n->b.p, EXIT_SEND, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 0x50, IBV_WC_SUCCESS, IBV_WC_RECV,
+		  "a small SEND whose sender exited right after posting it");
+	CHECK(wc.byte_len == 1000, "byte_len %u, want 1000", wc.byte_len);
+	expect_wc(n->rcq, &wc, 0x51, IBV_WC_SUCCESS, IBV_WC_RECV,
+		  "a large SEND whose sender exited right after posting it");
+	CHECK(wc.byte_len == EXIT_SEND, "byte_len %u, want %u", wc.byte_len, EXIT_SEND);
+	check_pattern(n->b.p + EXIT_SEND, 1000, 13, "small payload of a sender that exited");
+	check_pattern(n->b.p, EXIT_SEND, 14, "large payload of a sender that exited");
+	int st = net_wait_child(n->peer_pid, 10000);
+	net_check_child_status(st, "B");
+	n->peer_pid = 0;
+}
+
+static void exit_early_b(struct net_end *n)
+{
+	fill_pattern(n->b.p + EXIT_SEND, 1000, 13);
+	fill_pattern(n->b.p, EXIT_SEND, 14);
+	net_expect(n, T_READY, "A's receives posted");
+	if (early_delay_us)
+		usleep(early_delay_us);
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p + EXIT_SEND, 1000, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	exit(0);	/* no ibv_destroy_qp: the process just ends */
+}
+
+static void exit_early_opts(struct net_opts *o)
+{
+	o->buf_len = EXIT_SEND + 4096;
+}
+
 static const struct pcase cases[] = {
 	CASE(peer_killed, NULL),
 	CASE(killed_streaming, killed_streaming_opts),
@@ -851,6 +901,7 @@ static const struct pcase cases[] = {
 	CASE(destroy_after_send, exit_send_opts),
 	CASE(error_after_send, exit_send_opts),
 	CASE(exit_after_send, exit_send_opts),
+	CASE(exit_early, exit_early_opts),
 };
 
 static void run_case(size_t i)
@@ -859,11 +910,22 @@ static void run_case(size_t i)
 
 	if (cases[i].opts)
 		cases[i].opts(&o);
-	net_fork_run(&o, cases[i].a, cases[i].b);
+	if (cases[i].a != exit_early_a) {
+		net_fork_run(&o, cases[i].a, cases[i].b);
+		return;
+	}
+	/* (each delay a pair of its own; the child's exit ends each) */
+	static const unsigned int delays[] = { 0, 0, 100, 300, 1000, 3000 };
+
+	for (size_t k = 0; k < ARRAY_SIZE(delays); k++) {
+		early_delay_us = delays[k];
+		net_fork_run(&o, cases[i].a, cases[i].b);
+	}
 }
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
 SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9) SUB(10) SUB(11)
+SUB(12)
 
 int main(int argc, char **argv)
 {
@@ -874,6 +936,7 @@ int main(int argc, char **argv)
 		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
 		{ cases[8].name, sub8 }, { cases[9].name, sub9 },
 		{ cases[10].name, sub10 }, { cases[11].name, sub11 },
+		{ cases[12].name, sub12 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
