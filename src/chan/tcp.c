@@ -531,8 +531,8 @@ static bool ctx_unsent(struct sr_context *ctx)
 
 /* Does the exit have to wait for this stream? Up or on its way up
  * (dialing, or waiting for the MPA request or reply), with requests of
- * its QP queued or still posted, a payload the peer has still to pull
- * from us, or bytes the kernel has not sent: a process that ends with
+ * its QP queued or still posted, an ACK owed, a payload the peer has
+ * still to pull from us, or bytes the kernel has not sent: a process that ends with
  * input unread (a control message of the peer's, say) closes its socket
  * with a reset, which drops them. tc->lock held. */
 static bool exit_owed_locked(struct tcp_chan *tc)
@@ -543,7 +543,7 @@ static bool exit_owed_locked(struct tcp_chan *tc)
 	if (tc->closed || socket_ended(tc->pl.fd))
 		return false;
 	if (tc->state == TS_UP) {
-		if (!only_ack_owed(tc) || shm_pulls_owed(tc))
+		if (!only_ack_owed(tc) || tc->ack_pending || shm_pulls_owed(tc))
 			return true;
 		if (ioctl(tc->pl.fd, SIOCOUTQNSD, &unsent) == 0 && unsent > 0)
 			return true;
@@ -589,6 +589,11 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 			}
 			/* (written, and pulled if on the ring: the kernel
 			 * sends what our socket holds after we are gone) */
+			/* (an ACK owed goes now: deferred, it would wait
+			 * for a reply or a timer that never comes, and the
+			 * peer's WQE fail for a message we took) */
+			if (tc->state == TS_UP && !tc->closed && tc->ack_pending)
+				tcp_flush_locked(tc);
 			owed = exit_owed_locked(tc);
 			sr_mutex_unlock(&tc->lock);
 		}

@@ -888,6 +888,51 @@ static void exit_early_opts(struct net_opts *o)
 	o->buf_len = EXIT_SEND + 4096;
 }
 
+/* The receiver exits (exit(3), its QP not destroyed) the moment its
+ * receives complete: the sender's SENDs were delivered, so they complete
+ * successfully, as on hardware, where the receiving NIC acknowledges a
+ * message before the program even sees it. After SENDs both ways (over
+ * shm: the rings in use, B's poller owns its stream), a SEND the
+ * receiver pulls from the sender over shm, then a small one, which B's
+ * polling takes in and whose ACK it keeps for a reply of B's to carry
+ * (before: none came, and A's SEND failed with IBV_WC_RETRY_EXC_ERR
+ * once B was gone). */
+static void exit_after_recv_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	both_ways(n);
+	fill_pattern(n->b.p + EXIT_SEND, 1000, 15);
+	fill_pattern(n->b.p, EXIT_SEND, 16);
+	net_expect(n, T_READY, "B's receives posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x41, n->b.p, EXIT_SEND, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(n->scq, &wc, 0x41, IBV_WC_SUCCESS, IBV_WC_SEND,
+		  "a SEND whose receiver exited once it had it");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x40, n->b.p + EXIT_SEND, 1000, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
+	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND,
+		  "a small SEND whose receiver exited once it had it");
+	int st = net_wait_child(n->peer_pid, 10000);
+	net_check_child_status(st, "B");
+	n->peer_pid = 0;
+}
+
+static void exit_after_recv_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	both_ways(n);
+	post_recv1(n->qp, 0x51, n->b.p, EXIT_SEND, n->b.mr->lkey);
+	post_recv1(n->qp, 0x50, n->b.p + EXIT_SEND, 1000, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 0x51, IBV_WC_SUCCESS, IBV_WC_RECV, "SEND");
+	expect_wc(n->rcq, &wc, 0x50, IBV_WC_SUCCESS, IBV_WC_RECV, "small SEND");
+	check_pattern(n->b.p, EXIT_SEND, 16, "payload");
+	check_pattern(n->b.p + EXIT_SEND, 1000, 15, "small payload");
+	exit(0);	/* no ibv_destroy_qp: the process just ends */
+}
+
 static const struct pcase cases[] = {
 	CASE(peer_killed, NULL),
 	CASE(killed_streaming, killed_streaming_opts),
@@ -902,6 +947,7 @@ static const struct pcase cases[] = {
 	CASE(error_after_send, exit_send_opts),
 	CASE(exit_after_send, exit_send_opts),
 	CASE(exit_early, exit_early_opts),
+	CASE(exit_after_recv, exit_early_opts),
 };
 
 static void run_case(size_t i)
@@ -925,7 +971,7 @@ static void run_case(size_t i)
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
 SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9) SUB(10) SUB(11)
-SUB(12)
+SUB(12) SUB(13)
 
 int main(int argc, char **argv)
 {
@@ -936,7 +982,7 @@ int main(int argc, char **argv)
 		{ cases[6].name, sub6 }, { cases[7].name, sub7 },
 		{ cases[8].name, sub8 }, { cases[9].name, sub9 },
 		{ cases[10].name, sub10 }, { cases[11].name, sub11 },
-		{ cases[12].name, sub12 },
+		{ cases[12].name, sub12 }, { cases[13].name, sub13 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
