@@ -888,6 +888,17 @@ static void exit_early_opts(struct net_opts *o)
 	o->buf_len = EXIT_SEND + 4096;
 }
 
+/* (UC: nothing is acknowledged, so the exit waits only for what it has
+ * not written or the peer has not pulled) */
+static void exit_early_uc_opts(struct net_opts *o)
+{
+	exit_early_opts(o);
+	o->type = IBV_QPT_UC;
+}
+
+static void exit_early_uc_a(struct net_end *n) { exit_early_a(n); }
+static void exit_early_uc_b(struct net_end *n) { exit_early_b(n); }
+
 /* The receiver exits (exit(3), its QP not destroyed) the moment its
  * receives complete: the sender's SENDs were delivered, so they complete
  * successfully, as on hardware, where the receiving NIC acknowledges a
@@ -947,6 +958,7 @@ static const struct pcase cases[] = {
 	CASE(error_after_send, exit_send_opts),
 	CASE(exit_after_send, exit_send_opts),
 	CASE(exit_early, exit_early_opts),
+	CASE(exit_early_uc, exit_early_uc_opts),
 	CASE(exit_after_recv, exit_early_opts),
 };
 
@@ -956,7 +968,7 @@ static void run_case(size_t i)
 
 	if (cases[i].opts)
 		cases[i].opts(&o);
-	if (cases[i].a != exit_early_a) {
+	if (cases[i].a != exit_early_a && cases[i].a != exit_early_uc_a) {
 		net_fork_run(&o, cases[i].a, cases[i].b);
 		return;
 	}
@@ -971,7 +983,7 @@ static void run_case(size_t i)
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
 SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9) SUB(10) SUB(11)
-SUB(12) SUB(13)
+SUB(12) SUB(13) SUB(14)
 
 int main(int argc, char **argv)
 {
@@ -983,6 +995,7 @@ int main(int argc, char **argv)
 		{ cases[8].name, sub8 }, { cases[9].name, sub9 },
 		{ cases[10].name, sub10 }, { cases[11].name, sub11 },
 		{ cases[12].name, sub12 }, { cases[13].name, sub13 },
+		{ cases[14].name, sub14 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
