@@ -317,6 +317,7 @@ int qp_destroy(struct sr_qp *qp)
 	if (qp->rnr_pg) {
 		progress_timer_cancel(qp->rnr_pg, &qp->rnr_timer);
 		progress_timer_cancel(qp->rnr_pg, &qp->gone_timer);
+		progress_timer_cancel(qp->rnr_pg, &qp->dial_timer);
 	}
 	sr_mutex_lock(&qp->lock);
 	qp->state = IBV_QPS_RESET;
@@ -432,6 +433,7 @@ static void qp_reset_locked(struct sr_qp *qp)
 	qp->ssn = 0;
 	qp->rx_expect_msn = 0;
 	qp->peer_gone = false;
+	qp->dial_fail_at = 0;
 	qp_rx_pending_clear_locked(qp);
 	memset(&qp->attr, 0, sizeof(qp->attr));
 }

@@ -142,6 +142,10 @@ struct sr_qp {
 	 * with IBV_WC_RNR_RETRY_EXC_ERR when this timer fires first. */
 	struct sr_timer rnr_timer;
 	struct sr_timer gone_timer;	/* qp_chan_gone: retries run out */
+	struct sr_timer dial_timer;	/* qp_undialed_arm_locked */
+	uint64_t dial_fail_at;		/* requests posted before any stream
+					 * attached fail then (progress_now_ns;
+					 * 0: none armed) */
 	struct sr_progress *rnr_pg;
 	uint32_t rnr_msn;
 
@@ -264,6 +268,11 @@ void qp_rx_resume_locked(struct sr_qp *qp);
 void qp_resume_parked(struct sr_qp **list, int n);
 void qp_fail_retry_locked(struct sr_qp *qp);
 void qp_gone_arm_locked(struct sr_qp *qp);
+/* An RC QP in RTS with requests posted and no stream attached yet (the
+ * peer is to dial it, or its local peer to link): they fail as IB's
+ * transport retries would if none attaches within their budget, as
+ * towards a peer QP that never reached RTR. */
+void qp_undialed_arm_locked(struct sr_qp *qp);
 /* A channel could not read the payload of request msn (a page unmapped
  * under a by-reference send): the WQE fails with IBV_WC_LOC_PROT_ERR. */
 void qp_tx_fault(struct sr_qp *qp, uint32_t msn);

@@ -32,14 +32,21 @@ static void qp_gone_fire(struct sr_timer *t)
 	sr_mutex_unlock(&qp->lock);
 }
 
-/* The peer QP is gone: what is in flight, or posted from now on, fails
- * as IB's transport retries would, once they run out: 4.096 us x
+/* How long IB's transport retries take to run out: 4.096 us x
  * 2^timeout, retry_cnt + 1 times (IBTA 9.7.6.1.3), or 8 s for timeout 0
- * (infinite) so nothing hangs for ever. Caller holds qp->lock. */
+ * (infinite) so nothing hangs for ever. */
+static uint64_t retry_budget_ns(const struct sr_qp *qp)
+{
+	return qp->attr.timeout ? (4096ULL << qp->attr.timeout) * (qp->attr.retry_cnt + 1ULL)
+				: 8000000000ULL;
+}
+
+/* The peer QP is gone: what is in flight, or posted from now on, fails
+ * as IB's transport retries would, once they run out (retry_budget_ns).
+ * Caller holds qp->lock. */
 void qp_gone_arm_locked(struct sr_qp *qp)
 {
-	uint64_t ns = qp->attr.timeout ? (4096ULL << qp->attr.timeout) * (qp->attr.retry_cnt + 1ULL)
-				       : 8000000000ULL;
+	uint64_t ns = retry_budget_ns(qp);
 
 	if (!qp->rnr_pg)
 		qp->rnr_pg = chan_progress(qp->ctx);
@@ -80,4 +87,46 @@ void qp_chan_lost(struct sr_qp *qp)
 		ctx_async_event(qp->ctx, qp, IBV_EVENT_QP_FATAL);
 	}
 	sr_mutex_unlock(&qp->lock);
+}
+
+static void qp_undialed_fire(struct sr_timer *t)
+{
+	struct sr_qp *qp = container_of(t, struct sr_qp, dial_timer);
+	uint64_t now = progress_now_ns();
+
+	sr_mutex_lock(&qp->lock);
+	if (qp->dial_fail_at && !qp->chan && qp->sq_head != qp->sq_tail &&
+	    qp->state >= IBV_QPS_RTS && qp->state <= IBV_QPS_SQE) {
+		if (now < qp->dial_fail_at) {
+			/* (armed for a sooner wait, before a reset: the rest) */
+			progress_timer_arm(qp->rnr_pg, &qp->dial_timer, qp->dial_fail_at - now);
+		} else {
+			sr_dbg("QP %#x: no stream from QP %#x within the transport's retries: "
+			       "%u WQEs fail", qp->ibqp.qp_base.qp_num, qp->attr.dest_qp_num,
+			       qp->sq_tail - qp->sq_head);
+			qp_fail_retry_locked(qp);
+		}
+	}
+	sr_mutex_unlock(&qp->lock);
+}
+
+void qp_undialed_arm_locked(struct sr_qp *qp)
+{
+	uint64_t ns;
+
+	if (qp->dial_fail_at || qp_type(qp) != IBV_QPT_RC || qp->chan ||
+	    qp->state != IBV_QPS_RTS || qp->sq_head == qp->sq_tail)
+		return;
+	if (!qp->rnr_pg)
+		qp->rnr_pg = chan_progress(qp->ctx);
+	if (!qp->rnr_pg)
+		return;		/* (no progress thread: they wait, as before) */
+	/* (timeout 0, infinite: as long as a dialer waits for its peer's
+	 * RTR, tcp_priv.h HS_TIMEOUT_NS; the peer may still come) */
+	ns = qp->attr.timeout ? retry_budget_ns(qp) : 60000000000ULL;
+	qp->dial_fail_at = progress_now_ns() + ns;
+	qp->dial_timer.fire = qp_undialed_fire;
+	/* (armed for a wait before a reset: it fires at the sooner, and
+	 * looks again) */
+	progress_timer_arm_by(qp->rnr_pg, &qp->dial_timer, ns);
 }

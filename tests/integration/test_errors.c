@@ -576,6 +576,68 @@ static void no_responder_resources(void)
 	exit(0);
 }
 
+/* RTS with transport retries of timeout 10 (4.2 ms) x 4: 16.8 ms. */
+static void rts_short_retries(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTS, .timeout = 10, .retry_cnt = 3, .rnr_retry = 7,
+		.max_rd_atomic = 1,
+	};
+
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
+	      "modify RTR->RTS");
+}
+
+static struct ibv_qp *rc_qp(struct tctx *t, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .cap = { 4, 4, 1, 1, 0 }, .qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *qp = ibv_create_qp(t->pd, &ia);
+
+	CHECK(qp, "create_qp: %s", strerror(errno));
+	return qp;
+}
+
+/* SENDs posted on an RC QP whose peer never comes (connected by hand to a
+ * QPN larger than its own, which would dial it; nobody has that QPN):
+ * the first fails with IBV_WC_RETRY_EXC_ERR once the transport's retries
+ * would have run out, as towards a peer QP that never reached RTR on IB,
+ * the next is flushed. Before, they waited for ever. */
+static void no_peer(void)
+{
+	struct tctx t;
+	struct buf b;
+	struct ibv_wc wc;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint64_t t0;
+
+	tctx_open(&t);
+	buf_alloc(&t, &b, 4096, ACC_ALL);
+	cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
+	CHECK(cq, "create_cq");
+	qp = rc_qp(&t, cq);
+	qp_to_init(qp, ACC_ALL);
+	qp_to_rtr(&t, qp, qp->qp_num + 1, IBV_MTU_1024, 0, 1);
+	rts_short_retries(qp);
+	CHECK(post_send1(qp, IBV_WR_SEND, 1, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	CHECK(post_send1(qp, IBV_WR_SEND, 2, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	t0 = now_ms();
+	expect_wc(cq, &wc, 1, IBV_WC_RETRY_EXC_ERR, -1, "SEND towards a peer that never came");
+	CHECK(now_ms() - t0 >= 10, "failed after %llu ms, before the retries (16.8 ms) ran out",
+	      (unsigned long long)(now_ms() - t0));
+	expect_wc(cq, &wc, 2, IBV_WC_WR_FLUSH_ERR, -1, "the SEND behind it");
+	CHECK(wait_qp_state(qp, IBV_QPS_ERR, DEADLINE_MS), "QP state %d, want ERR", qp_state(qp));
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq);
+	buf_free(&b);
+	tctx_close(&t);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(bad_lkey),	    SUBTEST(local_out_of_range),
 	SUBTEST(bad_rkey),	    SUBTEST(out_of_bounds),
@@ -585,6 +647,7 @@ static const struct subtest tests[] = {
 	SUBTEST(munmapped_target),  SUBTEST(munmapped_source),
 	SUBTEST(post_beyond_caps),  SUBTEST(responder_access_event),
 	SUBTEST(refused_flags),	    SUBTEST(no_responder_resources),
+	SUBTEST(no_peer),
 };
 
 int main(int argc, char **argv)
