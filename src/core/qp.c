@@ -515,9 +515,16 @@ static void qp_try_link(struct sr_qp *qp)
 		linked = false;
 	pthread_mutex_unlock(&link_lock);
 	if (linked) {
-		qp_kick(qp);
-		if (peer != qp)
-			qp_kick(peer);
+		/* Work the other QP posted in RTS while it waited for us
+		 * goes now (as a stream's attach lets it go: tcp_setup.c). */
+		struct sr_qp *ends[2] = { qp, peer };
+
+		for (int i = 0; i < (peer != qp ? 2 : 1); i++) {
+			sr_mutex_lock(&ends[i]->lock);
+			qp_sq_progress_locked(ends[i]);
+			sr_mutex_unlock(&ends[i]->lock);
+			qp_kick(ends[i]);
+		}
 	}
 	qp_put(peer);
 }

@@ -638,6 +638,50 @@ static void no_peer(void)
 	tctx_close(&t);
 }
 
+/* A SEND posted on an RC QP in RTS whose peer, a QP of this process,
+ * reaches RTR 5 ms later (within the transport's retries): it goes when
+ * the two link, and arrives. Before, the in-process link left it in the
+ * send queue for ever. */
+static void late_peer(void)
+{
+	struct tctx t;
+	struct buf b;
+	struct ibv_wc wc;
+	struct ibv_cq *cq, *cq2;
+	struct ibv_qp *qp, *late;
+
+	tctx_open(&t);
+	buf_alloc(&t, &b, 4096, ACC_ALL);
+	cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
+	CHECK(cq, "create_cq");
+	cq2 = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
+	CHECK(cq2, "create_cq");
+	qp = rc_qp(&t, cq);
+	late = rc_qp(&t, cq2);
+	CHECK(late->qp_num == qp->qp_num + 1, "QPNs %#x, %#x: not in a row", qp->qp_num,
+	      late->qp_num);
+	qp_to_init(qp, ACC_ALL);
+	qp_to_init(late, ACC_ALL);
+	post_recv1(late, 3, b.p + 1024, 64, b.mr->lkey);
+	qp_to_rtr(&t, qp, late->qp_num, IBV_MTU_1024, 0, 1);
+	rts_short_retries(qp);
+	fill_pattern(b.p, 64, 17);
+	CHECK(post_send1(qp, IBV_WR_SEND, 4, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	usleep(5000);
+	qp_to_rtr(&t, late, qp->qp_num, IBV_MTU_1024, 0, 1);
+	rts_short_retries(late);
+	expect_wc(cq, &wc, 4, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND to a peer 5 ms late");
+	expect_wc(cq2, &wc, 3, IBV_WC_SUCCESS, IBV_WC_RECV, "its receive");
+	check_bytes(b.p + 1024, b.p, 64, "the late peer's bytes");
+	ibv_destroy_qp(late);
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq2);
+	ibv_destroy_cq(cq);
+	buf_free(&b);
+	tctx_close(&t);
+}
+
 static const struct subtest tests[] = {
 	SUBTEST(bad_lkey),	    SUBTEST(local_out_of_range),
 	SUBTEST(bad_rkey),	    SUBTEST(out_of_bounds),
@@ -647,7 +691,7 @@ static const struct subtest tests[] = {
 	SUBTEST(munmapped_target),  SUBTEST(munmapped_source),
 	SUBTEST(post_beyond_caps),  SUBTEST(responder_access_event),
 	SUBTEST(refused_flags),	    SUBTEST(no_responder_resources),
-	SUBTEST(no_peer),
+	SUBTEST(no_peer),	    SUBTEST(late_peer),
 };
 
 int main(int argc, char **argv)
