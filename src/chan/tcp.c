@@ -532,9 +532,9 @@ static bool ctx_unsent(struct sr_context *ctx)
 /* Does the exit have to wait for this stream? Up or on its way up
  * (dialing, or waiting for the MPA request or reply), with requests of
  * its QP queued or still posted, an ACK owed, a payload the peer has
- * still to pull from us, or bytes the kernel has not sent: a process that ends with
- * input unread (a control message of the peer's, say) closes its socket
- * with a reset, which drops them. tc->lock held. */
+ * still to pull from us, or bytes the kernel has not sent: a process
+ * that ends with input unread (a control message of the peer's, say)
+ * closes its socket with a reset, which drops them. tc->lock held. */
 static bool exit_owed_locked(struct tcp_chan *tc)
 {
 	bool owed;
@@ -587,11 +587,11 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 				owed = true;	/* (look again) */
 				continue;
 			}
-			/* (written, and pulled if on the ring: the kernel
-			 * sends what our socket holds after we are gone) */
 			/* (an ACK owed goes now: deferred, it would wait
 			 * for a reply or a timer that never comes, and the
-			 * peer's WQE fail for a message we took) */
+			 * peer's WQE fail for a message we took; the rest
+			 * must be written, sent by the kernel, and pulled if
+			 * on the ring: exit_owed_locked) */
 			if (tc->state == TS_UP && !tc->closed && tc->ack_pending)
 				tcp_flush_locked(tc);
 			owed = exit_owed_locked(tc);
