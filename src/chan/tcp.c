@@ -563,12 +563,10 @@ static bool exit_owed_locked(struct tcp_chan *tc)
 	return owed;
 }
 
-void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
+/* The exit's wait: true once no stream of ctx owes anything
+ * (exit_owed_locked), false at the deadline. */
+static bool exit_wait(struct sr_tcp_ctx *t, struct sr_context *ctx, uint64_t deadline)
 {
-	struct sr_tcp_ctx *t = ctx->tcp;
-
-	if (!t)
-		return;
 	for (;;) {
 		bool owed = ctx_unsent(ctx);
 
@@ -576,7 +574,7 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 		 * and never let go: then the deadline ends the wait) */
 		if (pthread_mutex_trylock(&t->lock)) {
 			if (progress_now_ns() >= deadline)
-				return;
+				return false;
 			usleep(50);
 			continue;
 		}
@@ -598,10 +596,57 @@ void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
 			sr_mutex_unlock(&tc->lock);
 		}
 		pthread_mutex_unlock(&t->lock);
-		if (!owed || progress_now_ns() >= deadline)
-			return;
+		if (!owed)
+			return true;
+		if (progress_now_ns() >= deadline)
+			return false;
 		usleep(50);
 	}
+}
+
+/* Say goodbye (best effort, never blocking): the peer then knows this
+ * was an orderly end, not a crash (its QP stays in RTS, as when a peer
+ * QP is destroyed on IB). The ACK owed goes first. tc->lock held,
+ * stream up. */
+static void bye_queue_locked(struct tcp_chan *tc)
+{
+	struct sr_msg *m = tc->ext ? msg_alloc(0) : NULL;
+
+	ack_flush_locked(tc);
+	if (m) {
+		m->op = SR_MSG_ACK;
+		m->status = SR_ST_BYE;
+		m->msn = tc->rx_req_msn;
+		sr_list_add_tail(&tc->txq, &m->link);
+	}
+	tx_busy_locked(tc);
+}
+
+void chan_tcp_exit_drain(struct sr_context *ctx, uint64_t deadline)
+{
+	struct sr_tcp_ctx *t = ctx->tcp;
+
+	if (!t || !exit_wait(t, ctx, deadline))
+		return;
+	/* All delivered: as if the QPs were destroyed (a kernel destroys
+	 * them when a process exits), each up stream says goodbye, and the
+	 * exit waits for that to be sent too. (Streams busy now are left
+	 * as they are: the peer takes them for lost.) */
+	if (pthread_mutex_trylock(&t->lock))
+		return;
+	for (struct sr_list *p = t->streams.next; p != &t->streams; p = p->next) {
+		struct tcp_chan *tc = container_of(p, struct tcp_chan, link);
+
+		if (sr_mutex_trylock(&tc->lock))
+			continue;
+		if (tc->state == TS_UP && !tc->closed && tc->pl.fd >= 0) {
+			bye_queue_locked(tc);
+			tcp_flush_locked(tc);
+		}
+		sr_mutex_unlock(&tc->lock);
+	}
+	pthread_mutex_unlock(&t->lock);
+	(void)exit_wait(t, ctx, deadline);
 }
 
 static void tcp_revoke(struct sr_chan *ch)
@@ -619,19 +664,8 @@ static void tcp_close(struct sr_chan *ch)
 	if (tc->tctx->ctx->owner == sr_getpid())
 		tcp_rx(tc);
 	sr_mutex_lock(&tc->lock);
-	/* Say goodbye (best effort, never blocking): the peer then knows
-	 * this was an orderly destroy, not a crash. */
 	if (tc->state == TS_UP && tc->pl.fd >= 0 && tc->tctx->ctx->owner == sr_getpid()) {
-		struct sr_msg *m = tc->ext ? msg_alloc(0) : NULL;
-
-		ack_flush_locked(tc);
-		if (m) {
-			m->op = SR_MSG_ACK;
-			m->status = SR_ST_BYE;
-			m->msn = tc->rx_req_msn;
-			sr_list_add_tail(&tc->txq, &m->link);
-		}
-		tx_busy_locked(tc);
+		bye_queue_locked(tc);
 		tcp_drain_locked(tc);
 	}
 	tc->closed = true;

@@ -242,6 +242,40 @@ static void orderly_exit_b(struct net_end *n)
 	exit(0);
 }
 
+/* B exits (exit(3)) without destroying anything once it has A's SEND:
+ * as if its QP were destroyed (the kernel destroys a process's QPs when
+ * it exits), A's QP stays in RTS with its receives posted, and its next
+ * SEND fails with IBV_WC_RETRY_EXC_ERR (before: no goodbye came, A's
+ * stream ended as lost, its QP went to ERROR and flushed its receives). */
+static void exit_orderly_a(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < 4; i++)
+		post_recv1(n->qp, 0xa0 + i, n->b.p + i * 4096, 4096, n->b.mr->lkey);
+	fill_pattern(n->b.p + MIB, 1000, 8);
+	net_expect(n, T_READY, "B's receive posted");
+	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x1f, n->b.p + MIB, 1000, n->b.mr->lkey,
+			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
+	expect_wc(n->scq, &wc, 0x1f, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+	int st = net_wait_child(n->peer_pid, 10000);
+	net_check_child_status(st, "B's exit");
+	n->peer_pid = 0;
+	quiet_for(n, 500, "peer process exited without destroying its QP");
+	expect_retry_exc(n, "peer exited without destroying its QP");
+}
+
+static void exit_orderly_b(struct net_end *n)
+{
+	struct ibv_wc wc;
+
+	post_recv1(n->qp, 1, n->b.p, 4096, n->b.mr->lkey);
+	net_put(n, T_READY);
+	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
+	check_pattern(n->b.p, 1000, 8, "payload");
+	exit(0);	/* no ibv_destroy_qp: the process just ends */
+}
+
 /* B destroys its QP but keeps its context (and the context's listener)
  * open while A posts. */
 static void orderly_alive_a(struct net_end *n)
@@ -960,6 +994,7 @@ static const struct pcase cases[] = {
 	CASE(exit_early, exit_early_opts),
 	CASE(exit_early_uc, exit_early_uc_opts),
 	CASE(exit_after_recv, exit_early_opts),
+	CASE(exit_orderly, NULL),
 };
 
 static void run_case(size_t i)
@@ -983,7 +1018,7 @@ static void run_case(size_t i)
 
 #define SUB(i) static void sub##i(void) { run_case(i); }
 SUB(0) SUB(1) SUB(2) SUB(3) SUB(4) SUB(5) SUB(6) SUB(7) SUB(8) SUB(9) SUB(10) SUB(11)
-SUB(12) SUB(13) SUB(14)
+SUB(12) SUB(13) SUB(14) SUB(15)
 
 int main(int argc, char **argv)
 {
@@ -995,7 +1030,7 @@ int main(int argc, char **argv)
 		{ cases[8].name, sub8 }, { cases[9].name, sub9 },
 		{ cases[10].name, sub10 }, { cases[11].name, sub11 },
 		{ cases[12].name, sub12 }, { cases[13].name, sub13 },
-		{ cases[14].name, sub14 },
+		{ cases[14].name, sub14 }, { cases[15].name, sub15 },
 	};
 	_Static_assert(ARRAY_SIZE(tests) == ARRAY_SIZE(cases), "table");
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
