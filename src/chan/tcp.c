@@ -604,11 +604,7 @@ static bool exit_wait(struct sr_tcp_ctx *t, struct sr_context *ctx, uint64_t dea
 	}
 }
 
-/* Say goodbye (best effort, never blocking): the peer then knows this
- * was an orderly end, not a crash (its QP stays in RTS, as when a peer
- * QP is destroyed on IB). The ACK owed goes first. tc->lock held,
- * stream up. */
-static void bye_queue_locked(struct tcp_chan *tc)
+void bye_queue_locked(struct tcp_chan *tc)
 {
 	struct sr_msg *m = tc->ext ? msg_alloc(0) : NULL;
 

@@ -196,16 +196,7 @@ void chan_tcp_cm_disconnect(struct sr_chan *ch)
 	if (qp)
 		qp_get(qp);
 	if (tc->state == TS_UP && tc->pl.fd >= 0 && mine) {
-		struct sr_msg *m = tc->ext ? msg_alloc(0) : NULL;
-
-		ack_flush_locked(tc);
-		if (m) {
-			m->op = SR_MSG_ACK;
-			m->status = SR_ST_BYE;
-			m->msn = tc->rx_req_msn;
-			sr_list_add_tail(&tc->txq, &m->link);
-		}
-		tx_busy_locked(tc);
+		bye_queue_locked(tc);
 		tcp_drain_locked(tc);
 	}
 	sr_mutex_unlock(&tc->lock);

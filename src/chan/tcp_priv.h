@@ -444,6 +444,11 @@ void note_answer(struct tcp_chan *tc, uint32_t msn);
  * locks held); is nothing but a positive ACK owed (tc->lock held)? */
 void ans_apply_locked(struct tcp_chan *tc);
 bool only_ack_owed(const struct tcp_chan *tc);
+/* tcp.c: say goodbye (best effort, never blocking): the ACK owed, then
+ * the goodbye, queued and the stream made busy; the peer then knows this
+ * was an orderly end, not a crash (its QP stays in RTS, as when a peer
+ * QP is destroyed on IB). tc->lock held, stream up. */
+void bye_queue_locked(struct tcp_chan *tc);
 /* tcp_rx.c: a positive cumulative ACK for msn that comes ahead of any
  * other answer in out: kept as its msn (the latest covers the others). */
 void ack_fold(struct tcp_chan *tc, struct rx_out *out, uint32_t msn);

@@ -202,20 +202,26 @@ static void expect_retry_exc(struct net_end *n, const char *when)
 			  "receive once the QP is in ERR");
 }
 
-static void orderly_exit_a(struct net_end *n)
+/* A's four receives (0xa0...), then its SEND of 1000 bytes of pattern 8
+ * (0x1f) to B's receive, completed: traffic first, so the stream is up. */
+static void orderly_start(struct net_end *n)
 {
 	struct ibv_wc wc;
 
 	for (int i = 0; i < 4; i++)
 		post_recv1(n->qp, 0xa0 + i, n->b.p + i * 4096, 4096,
 			   n->b.mr->lkey);
-	/* traffic first, so the stream is up */
 	fill_pattern(n->b.p + MIB, 1000, 8);
 	net_expect(n, T_READY, "B's receive posted");
 	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x1f, n->b.p + MIB, 1000,
 			 n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
 	      "post SEND");
 	expect_wc(n->scq, &wc, 0x1f, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+}
+
+static void orderly_exit_a(struct net_end *n)
+{
+	orderly_start(n);
 	net_expect(n, T_DONE, "B destroyed its QP");
 	quiet_for(n, 500, "peer QP destroyed, peer alive");
 	net_put(n, T_CHECKED);
@@ -249,15 +255,7 @@ static void orderly_exit_b(struct net_end *n)
  * stream ended as lost, its QP went to ERROR and flushed its receives). */
 static void exit_orderly_a(struct net_end *n)
 {
-	struct ibv_wc wc;
-
-	for (int i = 0; i < 4; i++)
-		post_recv1(n->qp, 0xa0 + i, n->b.p + i * 4096, 4096, n->b.mr->lkey);
-	fill_pattern(n->b.p + MIB, 1000, 8);
-	net_expect(n, T_READY, "B's receive posted");
-	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x1f, n->b.p + MIB, 1000, n->b.mr->lkey,
-			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post SEND");
-	expect_wc(n->scq, &wc, 0x1f, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+	orderly_start(n);
 	int st = net_wait_child(n->peer_pid, 10000);
 	net_check_child_status(st, "B's exit");
 	n->peer_pid = 0;
@@ -280,16 +278,7 @@ static void exit_orderly_b(struct net_end *n)
  * open while A posts. */
 static void orderly_alive_a(struct net_end *n)
 {
-	struct ibv_wc wc;
-
-	for (int i = 0; i < 4; i++)
-		post_recv1(n->qp, 0xa0 + i, n->b.p + i * 4096, 4096,
-			   n->b.mr->lkey);
-	net_expect(n, T_READY, "B's receive posted");
-	CHECK(post_send1(n->qp, IBV_WR_SEND, 0x1f, n->b.p + MIB, 1000,
-			 n->b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
-	      "post SEND");
-	expect_wc(n->scq, &wc, 0x1f, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND");
+	orderly_start(n);
 	net_expect(n, T_DONE, "B destroyed its QP");
 	quiet_for(n, 500, "peer QP destroyed, peer alive");
 	expect_retry_exc(n, "peer QP destroyed, context open");
