@@ -167,6 +167,16 @@ static void killed_streaming_b(struct net_end *n)
 
 /* ---- orderly destroy of the peer's QP ------------------------------------ */
 
+/* Wait for B to end (10 s at most) and check its exit status; A reaped
+ * it (net_fork_run does not wait again). */
+static void reap_peer(struct net_end *n, const char *who)
+{
+	int st = net_wait_child(n->peer_pid, 10000);
+
+	net_check_child_status(st, who);
+	n->peer_pid = 0;
+}
+
 static void quiet_for(struct net_end *n, int ms, const char *when)
 {
 	char what[128];
@@ -225,14 +235,13 @@ static void orderly_exit_a(struct net_end *n)
 	net_expect(n, T_DONE, "B destroyed its QP");
 	quiet_for(n, 500, "peer QP destroyed, peer alive");
 	net_put(n, T_CHECKED);
-	int st = net_wait_child(n->peer_pid, 10000);
-	net_check_child_status(st, "B's orderly exit");
-	n->peer_pid = 0;
+	reap_peer(n, "B's orderly exit");
 	quiet_for(n, 500, "peer process exited");
 	expect_retry_exc(n, "peer exited");
 }
 
-static void orderly_exit_b(struct net_end *n)
+/* B's side of orderly_start: its receive, and A's bytes in it. */
+static void orderly_recv(struct net_end *n)
 {
 	struct ibv_wc wc;
 
@@ -240,6 +249,11 @@ static void orderly_exit_b(struct net_end *n)
 	net_put(n, T_READY);
 	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
 	check_pattern(n->b.p, 1000, 8, "payload");
+}
+
+static void orderly_exit_b(struct net_end *n)
+{
+	orderly_recv(n);
 	CHECK(ibv_destroy_qp(n->qp) == 0, "ibv_destroy_qp");
 	n->qp = NULL;
 	net_put(n, T_DONE);
@@ -256,21 +270,14 @@ static void orderly_exit_b(struct net_end *n)
 static void exit_orderly_a(struct net_end *n)
 {
 	orderly_start(n);
-	int st = net_wait_child(n->peer_pid, 10000);
-	net_check_child_status(st, "B's exit");
-	n->peer_pid = 0;
+	reap_peer(n, "B's exit");
 	quiet_for(n, 500, "peer process exited without destroying its QP");
 	expect_retry_exc(n, "peer exited without destroying its QP");
 }
 
 static void exit_orderly_b(struct net_end *n)
 {
-	struct ibv_wc wc;
-
-	post_recv1(n->qp, 1, n->b.p, 4096, n->b.mr->lkey);
-	net_put(n, T_READY);
-	expect_wc(n->rcq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "recv");
-	check_pattern(n->b.p, 1000, 8, "payload");
+	orderly_recv(n);
 	exit(0);	/* no ibv_destroy_qp: the process just ends */
 }
 
@@ -700,9 +707,7 @@ static void destroy_after_send_a(struct net_end *n)
 	/* the program's buffer is its own again */
 	memset(n->b.p, 0xee, EXIT_SEND);
 	pthread_join(th, NULL);
-	int st = net_wait_child(n->peer_pid, 10000);
-	net_check_child_status(st, "B");
-	n->peer_pid = 0;
+	reap_peer(n, "B");
 	net_teardown(n);	/* (the QP is gone: run_case would skip it) */
 }
 
@@ -784,9 +789,7 @@ static void exit_after_send_a(struct net_end *n)
 		  "a SEND whose sender exited right after the post");
 	CHECK(wc.byte_len == EXIT_SEND, "byte_len %u, want %u", wc.byte_len, EXIT_SEND);
 	check_pattern(n->b.p, EXIT_SEND, 12, "payload of a sender that exited");
-	int st = net_wait_child(n->peer_pid, 10000);
-	net_check_child_status(st, "B");
-	n->peer_pid = 0;
+	reap_peer(n, "B");
 }
 
 static void exit_after_send_b(struct net_end *n)
@@ -835,9 +838,7 @@ static void error_after_send_a(struct net_end *n)
 	expect_wc(n->scq, &wc, 0x41, IBV_WC_WR_FLUSH_ERR, -1, "SEND flushed by ERR");
 	memset(n->b.p, 0xee, EXIT_SEND);
 	CHECK(kill(n->peer_pid, SIGCONT) == 0, "SIGCONT");
-	int st = net_wait_child(n->peer_pid, 10000);
-	net_check_child_status(st, "B");
-	n->peer_pid = 0;
+	reap_peer(n, "B");
 }
 
 static void error_after_send_b(struct net_end *n)
@@ -887,9 +888,7 @@ static void exit_early_a(struct net_end *n)
 	CHECK(wc.byte_len == EXIT_SEND, "byte_len %u, want %u", wc.byte_len, EXIT_SEND);
 	check_pattern(n->b.p + EXIT_SEND, 1000, 13, "small payload of a sender that exited");
 	check_pattern(n->b.p, EXIT_SEND, 14, "large payload of a sender that exited");
-	int st = net_wait_child(n->peer_pid, 10000);
-	net_check_child_status(st, "B");
-	n->peer_pid = 0;
+	reap_peer(n, "B");
 }
 
 static void exit_early_b(struct net_end *n)
@@ -947,9 +946,7 @@ static void exit_after_recv_a(struct net_end *n)
 			 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post small SEND");
 	expect_wc(n->scq, &wc, 0x40, IBV_WC_SUCCESS, IBV_WC_SEND,
 		  "a small SEND whose receiver exited once it had it");
-	int st = net_wait_child(n->peer_pid, 10000);
-	net_check_child_status(st, "B");
-	n->peer_pid = 0;
+	reap_peer(n, "B");
 }
 
 static void exit_after_recv_b(struct net_end *n)
