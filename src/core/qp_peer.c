@@ -122,8 +122,10 @@ void qp_undialed_arm_locked(struct sr_qp *qp)
 	if (!qp->rnr_pg)
 		return;		/* (no progress thread: they wait, as before) */
 	/* (timeout 0, infinite: as long as a dialer waits for its peer's
-	 * RTR, tcp_priv.h HS_TIMEOUT_NS; the peer may still come) */
-	ns = qp->attr.timeout ? retry_budget_ns(qp) : 60000000000ULL;
+	 * RTR, tcp_priv.h HS_TIMEOUT_NS; the peer may still come. And a
+	 * second at least: IB has no connection to set up, we do, and a
+	 * peer's dial on a loaded machine may take that long) */
+	ns = qp->attr.timeout ? sr_max(retry_budget_ns(qp), 1000000000ULL) : 60000000000ULL;
 	qp->dial_fail_at = progress_now_ns() + ns;
 	qp->dial_timer.fire = qp_undialed_fire;
 	/* (armed for a wait before a reset: it fires at the sooner, and
