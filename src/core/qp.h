@@ -268,10 +268,11 @@ void qp_rx_resume_locked(struct sr_qp *qp);
 void qp_resume_parked(struct sr_qp **list, int n);
 void qp_fail_retry_locked(struct sr_qp *qp);
 void qp_gone_arm_locked(struct sr_qp *qp);
-/* An RC QP in RTS with requests posted and no stream attached yet (the
- * peer is to dial it, or its local peer to link): they fail as IB's
- * transport retries would if none attaches within their budget, as
- * towards a peer QP that never reached RTR. */
+/* An RC or UC QP in RTS with requests posted and no stream attached yet
+ * (the peer is to dial it, or its local peer to link): if none attaches
+ * within their budget, RC's fail as IB's transport retries would, as
+ * towards a peer QP that never reached RTR, and UC's complete unsent (as
+ * sent and lost). */
 void qp_undialed_arm_locked(struct sr_qp *qp);
 /* A channel could not read the payload of request msn (a page unmapped
  * under a by-reference send): the WQE fails with IBV_WC_LOC_PROT_ERR. */

@@ -100,6 +100,23 @@ static void qp_undialed_fire(struct sr_timer *t)
 		if (now < qp->dial_fail_at) {
 			/* (armed for a sooner wait, before a reset: the rest) */
 			progress_timer_arm(qp->rnr_pg, &qp->dial_timer, qp->dial_fail_at - now);
+		} else if (qp_type(qp) == IBV_QPT_UC) {
+			/* UC: sent and lost, as on IB towards a QP that is
+			 * not there (no answer ever tells); a later post
+			 * waits again. Not a local operation, which only
+			 * runs in order, on a channel. */
+			sr_dbg("QP %#x: no stream from QP %#x within a second: %u UC WQEs "
+			       "complete unsent", qp->ibqp.qp_base.qp_num, qp->attr.dest_qp_num,
+			       qp->sq_tail - qp->sq_next);
+			while (qp->sq_next != qp->sq_tail) {
+				struct sr_swqe *w = sq_at(qp, qp->sq_next);
+
+				if (w->opcode == IBV_WR_LOCAL_INV || w->opcode == IBV_WR_BIND_MW)
+					break;
+				qp->sq_next++;
+				sq_settle_locked(qp, w, IBV_WC_SUCCESS);
+			}
+			qp->dial_fail_at = 0;
 		} else {
 			sr_dbg("QP %#x: no stream from QP %#x within the transport's retries: "
 			       "%u WQEs fail", qp->ibqp.qp_base.qp_num, qp->attr.dest_qp_num,
@@ -114,8 +131,8 @@ void qp_undialed_arm_locked(struct sr_qp *qp)
 {
 	uint64_t ns;
 
-	if (qp->dial_fail_at || qp_type(qp) != IBV_QPT_RC || qp->chan ||
-	    qp->state != IBV_QPS_RTS || qp->sq_head == qp->sq_tail)
+	if (qp->dial_fail_at || (qp_type(qp) != IBV_QPT_RC && qp_type(qp) != IBV_QPT_UC) ||
+	    qp->chan || qp->state != IBV_QPS_RTS || qp->sq_head == qp->sq_tail)
 		return;
 	if (!qp->rnr_pg)
 		qp->rnr_pg = chan_progress(qp->ctx);
@@ -125,7 +142,12 @@ void qp_undialed_arm_locked(struct sr_qp *qp)
 	 * RTR, tcp_priv.h HS_TIMEOUT_NS; the peer may still come. And a
 	 * second at least: IB has no connection to set up, we do, and a
 	 * peer's dial on a loaded machine may take that long) */
-	ns = qp->attr.timeout ? sr_max(retry_budget_ns(qp), 1000000000ULL) : 60000000000ULL;
+	if (qp_type(qp) == IBV_QPT_UC)
+		ns = 1000000000ULL;	/* (UC has no retries: the second) */
+	else if (qp->attr.timeout)
+		ns = sr_max(retry_budget_ns(qp), 1000000000ULL);
+	else
+		ns = 60000000000ULL;
 	qp->dial_fail_at = progress_now_ns() + ns;
 	qp->dial_timer.fire = qp_undialed_fire;
 	/* (armed for a wait before a reset: it fires at the sooner, and

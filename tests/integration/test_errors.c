@@ -640,6 +640,54 @@ static void no_peer(void)
 	tctx_close(&t);
 }
 
+/* The same on UC, which has no retries and no answers: after a second
+ * with no peer, the SENDs complete (as sent and lost, as on IB towards a
+ * QP that is not there) and the QP stays in RTS. Before, they waited for
+ * ever. */
+static void no_peer_uc(void)
+{
+	struct ibv_qp_init_attr ia = { .cap = { 4, 4, 1, 1, 0 }, .qp_type = IBV_QPT_UC };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE };
+	struct tctx t;
+	struct buf b;
+	struct ibv_wc wc;
+	struct ibv_qp *qp;
+	uint64_t t0;
+
+	tctx_open(&t);
+	buf_alloc(&t, &b, 4096, ACC_ALL);
+	ia.send_cq = ia.recv_cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
+	CHECK(ia.send_cq, "create_cq");
+	qp = ibv_create_qp(t.pd, &ia);
+	CHECK(qp, "create_qp: %s", strerror(errno));
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_ACCESS_FLAGS) == 0, "UC to INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = qp->qp_num + 1;
+	a.ah_attr = (struct ibv_ah_attr){ .is_global = 1, .port_num = 1,
+					  .grh = { .dgid = t.gid, .hop_limit = 64 } };
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN) == 0, "UC to RTR");
+	a.qp_state = IBV_QPS_RTS;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UC to RTS");
+	for (uint64_t id = 1; id <= 2; id++)
+		CHECK(post_send1(qp, IBV_WR_SEND, id, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0,
+				 0) == 0, "post UC SEND");
+	t0 = now_ms();
+	expect_wc(ia.send_cq, &wc, 1, IBV_WC_SUCCESS, IBV_WC_SEND, "UC SEND towards nobody");
+	CHECK(now_ms() - t0 >= 900, "completed after %llu ms, before the second a dial may take",
+	      (unsigned long long)(now_ms() - t0));
+	expect_wc(ia.send_cq, &wc, 2, IBV_WC_SUCCESS, IBV_WC_SEND, "the UC SEND behind it");
+	CHECK(qp_state(qp) == IBV_QPS_RTS, "UC QP state %d, want RTS", qp_state(qp));
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(ia.send_cq);
+	buf_free(&b);
+	tctx_close(&t);
+}
+
 /* A SEND posted on an RC QP in RTS whose peer, a QP of this process,
  * reaches RTR 5 ms later (within the transport's retries): it goes when
  * the two link, and arrives. Before, the in-process link left it in the
@@ -693,7 +741,8 @@ static const struct subtest tests[] = {
 	SUBTEST(munmapped_target),  SUBTEST(munmapped_source),
 	SUBTEST(post_beyond_caps),  SUBTEST(responder_access_event),
 	SUBTEST(refused_flags),	    SUBTEST(no_responder_resources),
-	SUBTEST(no_peer),	    SUBTEST(late_peer),
+	SUBTEST(no_peer),	    SUBTEST(no_peer_uc),
+	SUBTEST(late_peer),
 };
 
 int main(int argc, char **argv)
