@@ -1781,6 +1781,140 @@ static void sub_disconnect_race(void)
 	cm_fork_run(g_addr_v4, race_server, race_client);
 }
 
+/* ---- a side that exits without rdma_disconnect ------------------------- */
+
+/* The server exits (exit(3): no rdma_disconnect, no destroy) the moment
+ * it has the client's two SENDs (a small one, and one of EXIT_LEN that a
+ * same-host server pulls from the client's memory): the client's SENDs
+ * complete successfully (the server's ACKs go before it does) and the
+ * client gets DISCONNECTED. exit_send: the server posts its two SENDs as
+ * the connection is ESTABLISHED and exits without waiting for them; the
+ * client gets both, whole, then DISCONNECTED. */
+#define EXIT_LEN	(512 * 1024)
+
+/* Either side's QP, buffer and two receives (11: 1000 bytes at EXIT_LEN,
+ * 12: EXIT_LEN bytes at 0), before the connection is made. */
+static void exit_qp(struct rdma_cm_id *id, struct cm_buf *b, const char *who)
+{
+	cm_create_qp(id, who);
+	cm_buf_alloc(b, id->pd, EXIT_LEN + 4096);
+	cm_post_recv(id, 11, b, EXIT_LEN, 1000);
+	cm_post_recv(id, 12, b, 0, EXIT_LEN);
+}
+
+static struct rdma_cm_id *exit_accept(struct cm_side *s, struct rdma_event_channel **ch,
+				      struct cm_buf *b)
+{
+	struct rdma_cm_id *lid, *id;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param acc = { .responder_resources = 1, .initiator_depth = 1,
+				       .rnr_retry_count = 7 };
+
+	cm_listen(s, ch, &lid, 4, 0);
+	ev = cm_expect_request(*ch, lid);
+	id = ev->id;
+	cm_ack(ev);
+	exit_qp(id, b, "server");
+	CHECK(rdma_accept(id, &acc) == 0, "rdma_accept: %s", strerror(errno));
+	cm_expect_ack(*ch, RDMA_CM_EVENT_ESTABLISHED, "server ESTABLISHED");
+	return id;
+}
+
+static struct rdma_cm_id *exit_connect(struct cm_side *s, struct rdma_event_channel **ch,
+				       struct cm_buf *b)
+{
+	struct rdma_cm_id *id;
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1,
+				      .retry_count = 7, .rnr_retry_count = 7 };
+
+	cm_resolve(s, cm_get_port(s), ch, &id, NULL);
+	exit_qp(id, b, "client");
+	CHECK(rdma_connect(id, &cp) == 0, "rdma_connect: %s", strerror(errno));
+	cm_expect_ack(*ch, RDMA_CM_EVENT_ESTABLISHED, "client ESTABLISHED");
+	return id;
+}
+
+static void exit_post_two(struct rdma_cm_id *id, struct cm_buf *b, uint32_t seed)
+{
+	fill_pattern(b->p + EXIT_LEN, 1000, seed);
+	fill_pattern(b->p, EXIT_LEN, seed + 1);
+	CHECK(rdma_post_send(id, (void *)11, b->p + EXIT_LEN, 1000, b->mr, IBV_SEND_SIGNALED) == 0,
+	      "rdma_post_send: %s", strerror(errno));
+	CHECK(rdma_post_send(id, (void *)12, b->p, EXIT_LEN, b->mr, IBV_SEND_SIGNALED) == 0,
+	      "rdma_post_send: %s", strerror(errno));
+}
+
+static void exit_recv_two(struct rdma_cm_id *id, struct cm_buf *b, uint32_t seed)
+{
+	cm_recv_check(id, 11, b, EXIT_LEN, 1000, seed, "small SEND");
+	cm_recv_check(id, 12, b, 0, EXIT_LEN, seed + 1, "large SEND");
+}
+
+/* The client's end: DISCONNECTED for the server's exit, then teardown. */
+static void exit_client_end(struct rdma_event_channel *ch, struct rdma_cm_id *id,
+			    struct cm_buf *b)
+{
+	cm_expect_ack(ch, RDMA_CM_EVENT_DISCONNECTED, "the server's exit");
+	cm_close(ch, id, 0);
+	cm_buf_free(b);
+	rdma_destroy_event_channel(ch);
+}
+
+static void exit_recv_server(struct cm_side *s)
+{
+	struct rdma_event_channel *ch;
+	struct cm_buf b = { 0 };
+	struct rdma_cm_id *id = exit_accept(s, &ch, &b);
+
+	exit_recv_two(id, &b, 40);
+	exit(0);	/* no rdma_disconnect: the process just ends */
+}
+
+static void exit_recv_client(struct cm_side *s)
+{
+	struct rdma_event_channel *ch;
+	struct cm_buf b = { 0 };
+	struct ibv_wc wc;
+	struct rdma_cm_id *id = exit_connect(s, &ch, &b);
+
+	exit_post_two(id, &b, 40);
+	expect_wc(id->send_cq, &wc, 11, IBV_WC_SUCCESS, IBV_WC_SEND,
+		  "small SEND to a server that exited once it had it");
+	expect_wc(id->send_cq, &wc, 12, IBV_WC_SUCCESS, IBV_WC_SEND,
+		  "SEND to a server that exited once it had it");
+	exit_client_end(ch, id, &b);
+}
+
+static void sub_exit_recv(void)
+{
+	cm_fork_run(g_addr_v4, exit_recv_server, exit_recv_client);
+}
+
+static void exit_send_server(struct cm_side *s)
+{
+	struct rdma_event_channel *ch;
+	struct cm_buf b = { 0 };
+	struct rdma_cm_id *id = exit_accept(s, &ch, &b);
+
+	exit_post_two(id, &b, 50);
+	exit(0);	/* no completions awaited, no rdma_disconnect */
+}
+
+static void exit_send_client(struct cm_side *s)
+{
+	struct rdma_event_channel *ch;
+	struct cm_buf b = { 0 };
+	struct rdma_cm_id *id = exit_connect(s, &ch, &b);
+
+	exit_recv_two(id, &b, 50);
+	exit_client_end(ch, id, &b);
+}
+
+static void sub_exit_send(void)
+{
+	cm_fork_run(g_addr_v4, exit_send_server, exit_send_client);
+}
+
 struct cm_case {
 	const char *name;
 	cm_side_fn server, client;
@@ -1828,6 +1962,8 @@ int main(int argc, char **argv)
 		SUBTEST(sub_ece),
 		SUBTEST(sub_migrate),
 		SUBTEST(sub_multi),
+		SUBTEST(sub_exit_recv),
+		SUBTEST(sub_exit_send),
 		SUBTEST(sub_create_ep),
 		SUBTEST(sub_xrc),
 		SUBTEST(sub_teardown_abrupt),
