@@ -1,7 +1,8 @@
 /* The peer process goes away: killed (SIGKILL) with work outstanding,
- * destroying its QP in an orderly way, or tearing everything down while
- * the other side is still writing into it. A is the parent, B the child.
- * See net_common.h. */
+ * destroying its QP in an orderly way, tearing everything down while the
+ * other side is still writing into it, or exiting (exit(3)) without
+ * destroying anything, right after a post, a receive, or its QP's RTS.
+ * A is the parent, B the child. See net_common.h. */
 #include "net_common.h"
 
 enum { T_READY = 0x100, T_DONE = 0x200, T_CHECKED = 0x300 };
