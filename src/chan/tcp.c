@@ -540,19 +540,13 @@ static bool exit_owed_locked(struct tcp_chan *tc)
 	bool owed;
 	int unsent = 0;
 
-	if (tc->closed || socket_ended(tc->pl.fd))
+	if (tc->closed || tc->state == TS_DEAD || socket_ended(tc->pl.fd))
 		return false;
-	if (tc->state == TS_UP) {
-		if (!only_ack_owed(tc) || tc->ack_pending || shm_pulls_owed(tc))
-			return true;
-		if (ioctl(tc->pl.fd, SIOCOUTQNSD, &unsent) == 0 && unsent > 0)
-			return true;
-	} else if (tc->state != TS_DIALING && tc->state != TS_REQ_SENT &&
-		   tc->state != TS_ACCEPTED && tc->state != TS_HELD) {
-		return false;
-	} else if (!only_ack_owed(tc)) {
+	if (!only_ack_owed(tc) || tc->ack_pending)
 		return true;
-	}
+	if (tc->state == TS_UP &&
+	    (shm_pulls_owed(tc) || (ioctl(tc->pl.fd, SIOCOUTQNSD, &unsent) == 0 && unsent > 0)))
+		return true;
 	if (!tc->qp)
 		return false;	/* (an accepted stream not matched yet:
 				 * its QP is ctx_unsent's) */

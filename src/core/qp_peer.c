@@ -138,12 +138,12 @@ void qp_undialed_arm_locked(struct sr_qp *qp)
 		qp->rnr_pg = chan_progress(qp->ctx);
 	if (!qp->rnr_pg)
 		return;		/* (no progress thread: they wait, as before) */
-	/* (timeout 0, infinite: as long as a dialer waits for its peer's
-	 * RTR, tcp_priv.h HS_TIMEOUT_NS; the peer may still come. And a
-	 * second at least: IB has no connection to set up, we do, and a
-	 * peer's dial on a loaded machine may take that long) */
+	/* A second at least: IB has no connection to set up, we do, and a
+	 * peer's dial on a loaded machine may take that long (UC, which has
+	 * no retries: the second). RC with timeout 0 (infinite): as long as
+	 * a dialer waits for its peer, tcp_priv.h HS_TIMEOUT_NS. */
 	if (qp_type(qp) == IBV_QPT_UC)
-		ns = 1000000000ULL;	/* (UC has no retries: the second) */
+		ns = 1000000000ULL;
 	else if (qp->attr.timeout)
 		ns = sr_max(retry_budget_ns(qp), 1000000000ULL);
 	else

@@ -631,6 +631,9 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			return;
 		}
 	}
+	/* (no stream yet: what waits for one waits a bounded time) */
+	if (!qp->chan)
+		qp_undialed_arm_locked(qp);
 	sq_retire_locked(qp);
 }
 
@@ -904,8 +907,6 @@ int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **
 		qp_to_error_locked(qp);
 	else if (ret || sq_send_one_small(qp))
 		qp_sq_progress_locked(qp);
-	if (!qp->chan)
-		qp_undialed_arm_locked(qp);
 out:
 	/* qp_kick, without taking the QP lock again, and only if the
 	 * channel has something to do (on shm a post's request is in the

@@ -74,8 +74,6 @@ static int x_complete(struct ibv_qp_ex *ibqp)
 		qp_to_error_locked(qp);
 	} else {
 		qp_sq_progress_locked(qp);
-		if (!qp->chan)
-			qp_undialed_arm_locked(qp);
 	}
 	sr_mutex_unlock(&qp->lock);
 	qp_kick(qp);
