@@ -576,20 +576,6 @@ static void no_responder_resources(void)
 	exit(0);
 }
 
-/* RTS with transport retries of timeout 10 (4.2 ms) x 4: 16.8 ms (a
- * wait for a peer to connect lasts a second at least). */
-static void rts_short_retries(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTS, .timeout = 10, .retry_cnt = 3, .rnr_retry = 7,
-		.max_rd_atomic = 1,
-	};
-
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-	      "modify RTR->RTS");
-}
-
 static struct ibv_qp *rc_qp(struct tctx *t, struct ibv_cq *cq)
 {
 	struct ibv_qp_init_attr ia = {
@@ -623,7 +609,7 @@ static void no_peer(void)
 	qp = rc_qp(&t, cq);
 	qp_to_init(qp, ACC_ALL);
 	qp_to_rtr(&t, qp, qp->qp_num + 1, IBV_MTU_1024, 0, 1);
-	rts_short_retries(qp);
+	qp_to_rts(qp, 0, 1);
 	CHECK(post_send1(qp, IBV_WR_SEND, 1, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
 	      "post SEND");
 	CHECK(post_send1(qp, IBV_WR_SEND, 2, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
@@ -714,13 +700,13 @@ static void late_peer(void)
 	qp_to_init(late, ACC_ALL);
 	post_recv1(late, 3, b.p + 1024, 64, b.mr->lkey);
 	qp_to_rtr(&t, qp, late->qp_num, IBV_MTU_1024, 0, 1);
-	rts_short_retries(qp);
+	qp_to_rts(qp, 0, 1);
 	fill_pattern(b.p, 64, 17);
 	CHECK(post_send1(qp, IBV_WR_SEND, 4, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
 	      "post SEND");
 	usleep(5000);
 	qp_to_rtr(&t, late, qp->qp_num, IBV_MTU_1024, 0, 1);
-	rts_short_retries(late);
+	qp_to_rts(late, 0, 1);
 	expect_wc(cq, &wc, 4, IBV_WC_SUCCESS, IBV_WC_SEND, "SEND to a peer 5 ms late");
 	expect_wc(cq2, &wc, 3, IBV_WC_SUCCESS, IBV_WC_RECV, "its receive");
 	check_bytes(b.p + 1024, b.p, 64, "the late peer's bytes");
