@@ -116,34 +116,93 @@ static bool guard_on;
 
 #if defined(__x86_64__)
 /* x86-64: a copy whose fault the handler turns into a return of -EFAULT
- * by where it happened: at the one instruction that touches memory (rep
- * movsb, which the kernel's own user-copy fixups also use), so no setjmp
- * and no table per copy. The handler resumes after it with eax set. */
+ * by where it happened: anywhere in sr_fixup_copy, whose only memory
+ * accesses are the copy's own loads and stores, so no setjmp and no table
+ * per copy. The handler resumes at sr_fixup_copy_out (a ret: the routine
+ * never touches the stack) with eax set. Up to 64 bytes it copies with
+ * two or four overlapping moves of the widest size that fits (a
+ * message's 8 or 64 bytes, several times a message: `rep movsb` costs
+ * 4.5 ns there on AMD Zen, the moves 1.5); beyond that `rep movsb`, as
+ * the kernel's own user copies. A fault may leave part of dst written. */
 int sr_fixup_copy(void *dst, const void *src, size_t n);
-extern const char sr_fixup_copy_at[], sr_fixup_copy_out[];
+extern const char sr_fixup_copy_end[], sr_fixup_copy_out[];
 __asm__(".text\n"
 	".p2align 4\n"
 	".globl sr_fixup_copy\n"
 	".hidden sr_fixup_copy\n"
 	".type sr_fixup_copy, @function\n"
 	"sr_fixup_copy:\n"
-	"	mov %rdx, %rcx\n"
 	"	xor %eax, %eax\n"
-	".globl sr_fixup_copy_at\n"
-	".hidden sr_fixup_copy_at\n"
-	"sr_fixup_copy_at:\n"
+	"	cmp $16, %rdx\n"
+	"	ja 3f\n"
+	"	cmp $8, %rdx\n"
+	"	jb 1f\n"
+	/* 8..16 */
+	"	mov (%rsi), %rcx\n"
+	"	mov -8(%rsi,%rdx), %r8\n"
+	"	mov %rcx, (%rdi)\n"
+	"	mov %r8, -8(%rdi,%rdx)\n"
+	"	ret\n"
+	"1:	cmp $4, %rdx\n"
+	"	jb 2f\n"
+	/* 4..7 */
+	"	mov (%rsi), %ecx\n"
+	"	mov -4(%rsi,%rdx), %r8d\n"
+	"	mov %ecx, (%rdi)\n"
+	"	mov %r8d, -4(%rdi,%rdx)\n"
+	"	ret\n"
+	/* 0..3: bytes 0, n / 2 and n - 1 */
+	"2:	test %rdx, %rdx\n"
+	"	jz 9f\n"
+	"	mov %rdx, %r9\n"
+	"	shr $1, %r9\n"
+	"	movzbl (%rsi), %ecx\n"
+	"	movzbl (%rsi,%r9), %r10d\n"
+	"	movzbl -1(%rsi,%rdx), %r8d\n"
+	"	mov %cl, (%rdi)\n"
+	"	mov %r10b, (%rdi,%r9)\n"
+	"	mov %r8b, -1(%rdi,%rdx)\n"
+	"	ret\n"
+	"3:	cmp $32, %rdx\n"
+	"	ja 4f\n"
+	/* 17..32 */
+	"	movdqu (%rsi), %xmm0\n"
+	"	movdqu -16(%rsi,%rdx), %xmm1\n"
+	"	movdqu %xmm0, (%rdi)\n"
+	"	movdqu %xmm1, -16(%rdi,%rdx)\n"
+	"	ret\n"
+	"4:	cmp $64, %rdx\n"
+	"	ja 5f\n"
+	/* 33..64 */
+	"	movdqu (%rsi), %xmm0\n"
+	"	movdqu 16(%rsi), %xmm1\n"
+	"	movdqu -32(%rsi,%rdx), %xmm2\n"
+	"	movdqu -16(%rsi,%rdx), %xmm3\n"
+	"	movdqu %xmm0, (%rdi)\n"
+	"	movdqu %xmm1, 16(%rdi)\n"
+	"	movdqu %xmm2, -32(%rdi,%rdx)\n"
+	"	movdqu %xmm3, -16(%rdi,%rdx)\n"
+	"	ret\n"
+	"5:	mov %rdx, %rcx\n"
 	"	rep movsb\n"
 	".globl sr_fixup_copy_out\n"
 	".hidden sr_fixup_copy_out\n"
 	"sr_fixup_copy_out:\n"
-	"	ret\n"
+	"9:	ret\n"
+	".globl sr_fixup_copy_end\n"
+	".hidden sr_fixup_copy_end\n"
+	"sr_fixup_copy_end:\n"
 	".size sr_fixup_copy, .-sr_fixup_copy\n");
 
 static bool fixup(void *uc)
 {
 	ucontext_t *u = uc;
+	uintptr_t ip;
 
-	if (!u || (uintptr_t)u->uc_mcontext.gregs[REG_RIP] != (uintptr_t)sr_fixup_copy_at)
+	if (!u)
+		return false;
+	ip = (uintptr_t)u->uc_mcontext.gregs[REG_RIP];
+	if (ip < (uintptr_t)sr_fixup_copy || ip >= (uintptr_t)sr_fixup_copy_end)
 		return false;
 	u->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)sr_fixup_copy_out;
 	u->uc_mcontext.gregs[REG_RAX] = -EFAULT;

@@ -8,6 +8,7 @@
 #include "chan/chan.h"
 #include "progress/progress.h"
 
+#include <stddef.h>
 #include <sys/uio.h>
 
 /* The destination QPN rdma_init_qp_attr(3) hands a program that moves
@@ -49,7 +50,6 @@ struct sr_swqe {
 	uint64_t compare_add, swap;	/* ATOMIC_WRITE: compare_add = value */
 	struct ibv_mw *mw;		/* BIND_MW */
 	uint32_t bind_rkey;
-	struct ibv_mw_bind_info bind_info;
 	uint64_t length;		/* bytes the WQE moves */
 	uint32_t msn_first;		/* first request msn it used */
 	uint32_t msn;			/* last request msn it used */
@@ -57,12 +57,17 @@ struct sr_swqe {
 	uint8_t status;			/* enum ibv_wc_status once DONE */
 	uint8_t *inl;			/* inline copy (IBV_SEND_INLINE) */
 	uint64_t rd_got;		/* READ: response bytes landed */
-	/* UD: the destination, copied from the AH at post time */
-	struct sr_ud_av ud_av;
 	uint32_t ud_qpn, ud_qkey;
 	uint32_t xrc_srqn;		/* XRC_SEND: the remote SRQ (remote_srqn) */
+	/* Set only where they are used, not cleared at post (SWQE_CLEAR):
+	 * BIND_MW's window, a UD QP's destination (copied from the AH) */
+	struct ibv_mw_bind_info bind_info;
+	struct sr_ud_av ud_av;
 	struct ibv_sge sge[];		/* cap.max_send_sge entries */
 };
+/* What a post clears of a WQE: everything before bind_info (the rest is
+ * written by the opcode or QP type that reads it). */
+#define SWQE_CLEAR offsetof(struct sr_swqe, bind_info)
 
 struct sr_qp {
 	struct ibv_qp_ex ibqp;		/* ibv_qp is its prefix */

@@ -784,7 +784,7 @@ static int sq_fill(struct sr_qp *qp, const struct ibv_send_wr *wr)
 		return -EINVAL;
 	slot = qp->sq_tail & (qp->sq_size - 1);
 	w = sq_at(qp, qp->sq_tail);
-	memset(w, 0, sizeof(*w));
+	memset(w, 0, SWQE_CLEAR);
 	w->wr_id = wr->wr_id;
 	w->opcode = wr->opcode;
 	w->flags = wr->send_flags;

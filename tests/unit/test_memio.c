@@ -115,6 +115,44 @@ static void test_copies_syscall(void **state)
 	expect_exit0(in_child("syscall", copies));
 }
 
+/* Every size up to past the short copies' widest moves (sr_fixup_copy
+ * on x86-64: 1-3, 4-7, 8-16, 17-32, 33-64 bytes, then rep movsb): a copy
+ * that ends at the last byte before a hole copies exactly its bytes and
+ * no neighbour; one that ends a byte into the hole is -EFAULT, reading
+ * and writing. */
+static void sizes(void)
+{
+	size_t pg = (size_t)page();
+	uint8_t *m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *end, src[160], dst[160 + 2];
+
+	CHILD_CHECK(0, m != MAP_FAILED);
+	CHILD_CHECK(1, munmap(m + pg, pg) == 0);
+	end = m + pg;
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (uint8_t)(i * 7 + 1);
+	for (size_t n = 0; n <= 130; n++) {
+		memset(m, 0xa5, pg);
+		CHILD_CHECK(2, mem_write((uintptr_t)(end - n), src, n) == 0);
+		CHILD_CHECK(3, !memcmp(end - n, src, n) && end[-(long)n - 1] == 0xa5);
+		memset(dst, 0x5a, sizeof(dst));
+		CHILD_CHECK(4, mem_read(dst + 1, (uintptr_t)(end - n), n) == 0);
+		CHILD_CHECK(5, !memcmp(dst + 1, src, n) && dst[0] == 0x5a && dst[n + 1] == 0x5a);
+		if (!n)
+			continue;
+		CHILD_CHECK(6, mem_write((uintptr_t)(end - n + 1), src, n) == -EFAULT);
+		CHILD_CHECK(7, mem_read(dst, (uintptr_t)(end - n + 1), n) == -EFAULT);
+	}
+	munmap(m, pg);
+}
+
+static void test_sizes(void **state)
+{
+	(void)state;
+	expect_exit0(in_child(NULL, sizes));
+	expect_exit0(in_child("syscall", sizes));
+}
+
 /* Atomics on a bad address fail the same way. */
 static void atomics(void)
 {
@@ -517,6 +555,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_copies_guard),
 		cmocka_unit_test(test_copies_syscall),
+		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_atomics),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_many_threads),
