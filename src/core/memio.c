@@ -111,6 +111,7 @@ static struct {
 _Static_assert(sizeof(guards[0]) == 64, "a guard slot per cache line");
 static struct sigaction guard_prev_segv, guard_prev_bus;
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static atomic_bool guard_done;	/* guard_install has run (guard_ready) */
 static pthread_key_t guard_key;
 static bool guard_on;
 
@@ -293,6 +294,20 @@ static void guard_install(void)
 	guard_on = true;
 }
 
+static void guard_install_once(void)
+{
+	guard_install();
+	atomic_store_explicit(&guard_done, true, memory_order_release);
+}
+
+/* The guard installed (or found impossible: guard_on says which): a
+ * load, not pthread_once's call, once it has been (two a message). */
+static inline void guard_ready(void)
+{
+	if (!atomic_load_explicit(&guard_done, memory_order_acquire))
+		pthread_once(&guard_once, guard_install_once);
+}
+
 /* This thread's slot, claimed at its first copy; -1 if none is free.
  * (Kept as the key's value, not in a __thread variable: a shared
  * library's TLS costs a __tls_get_addr call per look.) */
@@ -348,7 +363,7 @@ int mem_write_at_gen(uintptr_t dst, const void *src, size_t len, uint64_t gen)
 	int slot, ret;
 	uint32_t seq;
 
-	pthread_once(&guard_once, guard_install);
+	guard_ready();
 	if (!guard_on || (slot = guard_slot()) < 0)
 		return -EAGAIN;
 #ifdef SR_ASAN
@@ -401,7 +416,7 @@ static int safe_copy(bool write, uintptr_t app, void *buf, size_t len)
 	else
 		__asan_storeN((uintptr_t)buf, len);
 #endif
-	pthread_once(&guard_once, guard_install);
+	guard_ready();
 	if (guard_on) {
 		int ret = write ? guarded_copy((void *)app, buf, len)
 				: guarded_copy(buf, (const void *)app, len);
