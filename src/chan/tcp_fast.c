@@ -207,7 +207,10 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	 * before the WRITE's last segment; they go in first) */
 	if (m && shm_help_pending(tc))
 		(void)shm_help_drain(tc);
-	qp_rx_lent(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &h.ack_msn : NULL);
+	if (m && m->op == SR_MSG_SEND)
+		qp_rx_lent_send(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &h.ack_msn : NULL);
+	else
+		qp_rx_lent(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &h.ack_msn : NULL);
 	shm_recv_small_done(tc);
 	chan_stat_inc(&chan_stats.rx_quick);
 

@@ -758,7 +758,10 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 	if (r->niov) {
 		/* (the gather list itself: the ring write reads it
 		 * fault-safely) */
-		memcpy(&iov[1], r->iov, sizeof(iov[0]) * (size_t)r->niov);
+		if (r->niov == 1)
+			iov[1] = r->iov[0];	/* (a post's one piece: no call) */
+		else
+			memcpy(&iov[1], r->iov, sizeof(iov[0]) * (size_t)r->niov);
 		n = 1 + r->niov;
 	} else {
 		iov[1] = (struct iovec){ (void *)r->payload, r->len };

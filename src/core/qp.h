@@ -245,6 +245,8 @@ void qp_rx_many(struct sr_qp *qp, struct sr_msg **m, int n, const uint32_t *ack)
  * alone): m is the caller's, on its stack; if the QP keeps it (it waits
  * for a receive WQE), the QP keeps a copy of its own. */
 void qp_rx_lent(struct sr_qp *qp, struct sr_msg *m, const uint32_t *ack);
+/* The same for a SEND, its plain case in one pass (rx.c). */
+void qp_rx_lent_send(struct sr_qp *qp, struct sr_msg *m, const uint32_t *ack);
 void qp_chan_lost(struct sr_qp *qp);
 /* The peer QP was destroyed or reset in an orderly way. As on IB, the QP
  * stays as it is (receives stay posted) until it next needs the peer:

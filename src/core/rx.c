@@ -968,6 +968,41 @@ void qp_rx_lent(struct sr_qp *qp, struct sr_msg *m, const uint32_t *ack)
 	sr_mutex_unlock(&qp->lock);
 }
 
+/* qp_rx_lent of a SEND the poller's quick pass took (tcp_fast.c), the
+ * plain case in one pass: an RC QP in RTS, its own receive queue, nothing
+ * parked, a receive WQE of one piece that holds it and a key remembered
+ * (the span of the last receive's): the ACK it carries settles our SQ,
+ * its bytes go into the receive, the ACK we owe is queued, then the
+ * completion, as rx_send does. Anything else, and a write that does not
+ * go through the remembered span, is qp_rx_locked's from where it is. */
+void qp_rx_lent_send(struct sr_qp *qp, struct sr_msg *m, const uint32_t *ack)
+{
+	struct sr_rwqe *r;
+
+	sr_mutex_lock(&qp->lock);
+	if (qp->state != IBV_QPS_RTS || qp->srq || qp->xdom || qp_type(qp) != IBV_QPT_RC ||
+	    !qp->chan || !qp->chan->acks || !qp->chan->ops->ack || m->op != SR_MSG_SEND ||
+	    (m->flags & SR_MSGF_INV) || !sr_list_empty(&qp->rx_pending) ||
+	    qp->rq.head == qp->rq.tail) {
+		sr_mutex_unlock(&qp->lock);
+		qp_rx_lent(qp, m, ack);
+		return;
+	}
+	if (ack)
+		sq_ack_upto_locked(qp, *ack);
+	r = rq_at(&qp->rq, qp->rq.head);
+	if (qp->state == IBV_QPS_RTS && r->num_sge == 1 && m->len <= r->sge[0].length &&
+	    (!m->len || !span_write(qp, &qp->rspan, r->sge[0].lkey, r->sge[0].addr,
+				    IBV_ACCESS_LOCAL_WRITE, m->payload, m->len))) {
+		qp->rq.head++;
+		qp->chan->ops->ack(qp->chan, m->msn);
+		recv_complete(qp, r, m, IBV_WC_RECV, IBV_WC_SUCCESS);
+	} else if (qp_rx_locked(qp, m)) {
+		rx_keep_lent(qp, m);
+	}
+	sr_mutex_unlock(&qp->lock);
+}
+
 void qp_tx_fault(struct sr_qp *qp, uint32_t msn)
 {
 	struct sr_swqe *w;

@@ -885,12 +885,99 @@ static int sq_send_one_small(struct sr_qp *qp)
 	return sq_send_small(qp, w);
 }
 
+/* The post of one small request straight to the channel (DESIGN.md
+ * decision 23, "a post's one pass"): a lone SEND, SEND with immediate or
+ * WRITE of at most SR_SMALL_MAX bytes in one piece (a registered SGE, or
+ * inline), on an RC QP in RTS with nothing else to send, whose channel
+ * takes small requests. What sq_fill and sq_send_one_small would do for
+ * it, in one pass and without their general cases: 0, sent, with the WQE
+ * in the SQ as SENT; else -EAGAIN with nothing changed but the WQE slot
+ * past the tail (the general way then does it all, and reports what it
+ * finds wrong). The inline bytes are read as the ring takes them, in this
+ * call, as sq_fill would read them. qp->lock held. */
+static int sq_post_small(struct sr_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct sr_chan *ch = qp->chan;
+	const uint32_t op = wr->opcode, fl = wr->send_flags;
+	struct sr_small r = { .op = SR_MSG_SEND, .msn = qp->ssn };
+	struct iovec iov;
+	struct sr_swqe *w;
+	uint32_t len = 0;
+	uintptr_t a;
+
+	if (qp->state != IBV_QPS_RTS || qp_type(qp) != IBV_QPT_RC || !ch || qp->peer_gone ||
+	    qp->sq_next != qp->sq_tail || !ch->ops->send_small || !ch->acks ||
+	    (uint32_t)wr->num_sge > 1 || (uint32_t)wr->num_sge > qp->cap.max_send_sge ||
+	    (fl & IBV_SEND_FENCE) ||
+	    qp->sq_tail - atomic_load_explicit(&qp->sq_reaped, memory_order_acquire) >=
+		    qp->sq_max_wr)
+		return -EAGAIN;
+	if (wr->num_sge) {
+		len = wr->sg_list[0].length;
+		if (len > SR_SMALL_MAX || ((fl & IBV_SEND_INLINE) && len > qp->cap.max_inline_data))
+			return -EAGAIN;
+	}
+	switch (op) {
+	case IBV_WR_SEND:
+		break;
+	case IBV_WR_SEND_WITH_IMM:
+		if (peer_refuses(ch, op))
+			return -EAGAIN;
+		r.flags = SR_MSGF_IMM;
+		r.imm = wr->imm_data;
+		break;
+	case IBV_WR_RDMA_WRITE:
+		r.op = SR_MSG_WRITE;
+		r.stag = wr->wr.rdma.rkey;
+		r.to = wr->wr.rdma.remote_addr;
+		break;
+	default:
+		return -EAGAIN;
+	}
+	if (fl & IBV_SEND_SOLICITED)
+		r.flags |= SR_MSGF_SE;
+	r.len = len;
+	if (len) {
+		/* (inline: the program's memory, without a key; else the
+		 * region the key names, in the QP's PD) */
+		if (fl & IBV_SEND_INLINE)
+			a = (uintptr_t)wr->sg_list[0].addr;
+		else if (sge_addr(qp, &wr->sg_list[0], &a))
+			return -EAGAIN;
+		iov = (struct iovec){ (void *)a, len };
+		r.iov = &iov;
+		r.niov = 1;
+	}
+	w = sq_at(qp, qp->sq_tail);
+	if (ch->ops->send_small(ch, &r))
+		return -EAGAIN;
+	memset(w, 0, SWQE_CLEAR);
+	w->wr_id = wr->wr_id;
+	w->opcode = op;
+	w->flags = fl;
+	w->length = len;
+	w->imm = r.imm;
+	w->rkey = r.stag;
+	w->remote_addr = r.to;
+	if (wr->num_sge && !(fl & IBV_SEND_INLINE)) {
+		w->num_sge = 1;
+		w->sge[0] = wr->sg_list[0];
+	}
+	w->msn_first = w->msn = qp->ssn++;
+	w->state = SR_WQE_SENT;
+	qp->sq_tail++;
+	qp->sq_next++;
+	return 0;
+}
+
 int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sr_chan *ch;
 	int ret = 0;
 
 	sr_mutex_lock(&qp->lock);
+	if (wr && !wr->next && !sq_post_small(qp, wr))
+		goto out;
 	if (!sq_state_accepts(qp)) {
 		ret = -EINVAL;
 		*bad = wr;

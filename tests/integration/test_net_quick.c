@@ -16,6 +16,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <sys/mman.h>
 
 enum { T_GO = 0x20, T_SENT, T_DONE };
 
@@ -459,6 +460,198 @@ static void sub_srq_parked(void)
 			 "SENDs B's quick pass took with an empty SRQ, of " STR(PARKED), 3);
 }
 
+/* ---- the one-pass post and receive, at their edges ---------------------- */
+
+/* (sq_post_small, qp_rx_lent_send: DESIGN.md decision 23, "one pass") A
+ * ping-pong whose requests and receives step off the one-pass paths now
+ * and then, and must then be what the general way makes of them: the
+ * receive of every fifth round in two pieces, of every fifth + 2 through
+ * a second region over the same bytes (another key); every other round's
+ * SEND inline; every 50 rounds A first posts what a post must refuse, with
+ * nothing sent: inline beyond max_inline_data, more pieces than
+ * max_send_sge (EINVAL), inline from a page it may not read (EFAULT), one
+ * beyond a full SQ (ENOMEM). Every byte of every round is checked on both
+ * sides, in order. Then a SEND larger than B's receive: LOC_LEN_ERR at B,
+ * REM_INV_REQ_ERR at A, as rx_send fails it. */
+#define EDGE_ROUNDS 400
+#define EDGE_GAP 5
+
+struct edge {
+	struct ibv_mr *mr2;	/* the receive windows again */
+	struct ibv_qp_cap cap;
+	uint8_t *noread;	/* a PROT_NONE page */
+};
+
+static void edge_init(struct net_end *n, struct edge *e)
+{
+	struct ibv_qp_init_attr ia;
+	struct ibv_qp_attr qa;
+
+	e->mr2 = ibv_reg_mr(n->b.mr->pd, n->b.p + 64 * KIB, NRECV * SLOT, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(e->mr2, "second region");
+	CHECK(ibv_query_qp(n->qp, &qa, IBV_QP_CAP, &ia) == 0, "query QP");
+	e->cap = qa.cap;
+	e->noread = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(e->noread != MAP_FAILED, "mmap");
+}
+
+/* The receive for round j (the slot post_slot would post). */
+static void edge_recv(struct net_end *n, struct edge *e, uint32_t j)
+{
+	uint8_t *rx = win(n, j);
+	struct ibv_sge s[2] = { { (uintptr_t)rx, SLOT, n->b.mr->lkey } };
+	struct ibv_recv_wr w = { .wr_id = 1000 + j % NRECV, .sg_list = s, .num_sge = 1 }, *bad;
+
+	if (j % 5 == 1) {
+		/* (a gap of EDGE_GAP bytes between the two, that stays) */
+		s[0].length = 3;
+		s[1] = (struct ibv_sge){ (uintptr_t)rx + 3 + EDGE_GAP, SLOT - 3 - EDGE_GAP,
+					 n->b.mr->lkey };
+		memset(rx + 3, 0x77, EDGE_GAP);
+		w.num_sge = 2;
+	} else if (j % 5 == 3) {
+		s[0].lkey = e->mr2->lkey;
+	}
+	CHECK(ibv_post_recv(n->qp, &w, &bad) == 0, "post receive for round %u", j);
+}
+
+/* check_round, for a receive in two pieces (edge_recv) */
+static void edge_check(struct net_end *n, const struct ibv_wc *wc, uint32_t i, int from)
+{
+	uint8_t *rx = win(n, i), want[SLOT];
+	uint32_t len = msg_len(i), first = len < 3 ? len : 3;
+
+	if (i % 5 != 1) {
+		check_round(n, wc, i, from);
+		return;
+	}
+	CHECK(wc->wr_id == 1000 + i % NRECV, "round %u: wr_id %llu", i,
+	      (unsigned long long)wc->wr_id);
+	net_check_recv(wc, IBV_WC_RECV, len, n, "a receive in two pieces");
+	fill_pattern(want, len, i * 2 + (uint32_t)from);
+	check_bytes(rx, want, first, "the first piece");
+	check_filled(rx + 3, 0x77, EDGE_GAP, "between the pieces");
+	check_bytes(rx + 3 + EDGE_GAP, want + first, len - first, "the second piece");
+}
+
+static void edge_send(struct net_end *n, uint32_t i, int b)
+{
+	uint8_t *tx = n->b.p + (size_t)(i % NRECV) * SLOT;
+	uint32_t len = msg_len(i);
+	unsigned int fl = IBV_SEND_SIGNALED;
+
+	if ((i & 1) && len <= 64)
+		fl |= IBV_SEND_INLINE;
+	fill_pattern(tx, len, i * 2 + (uint32_t)b);
+	CHECK(post_send1(n->qp, has_imm(i) ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, i, tx, len,
+			 n->b.mr->lkey, fl, 0, 0, 0xab000000u + i) == 0,
+	      "post round %u", i);
+}
+
+/* A's refusals: each post fails with nothing queued or sent (B's next
+ * message is still the next round's). outstanding: A's SENDs not yet
+ * reaped. */
+static void edge_refusals(struct net_end *n, struct edge *e, uint32_t outstanding)
+{
+	struct ibv_sge sg[2] = { { (uintptr_t)n->b.p, e->cap.max_inline_data + 1, n->b.mr->lkey },
+				 { (uintptr_t)n->b.p + 4096, 8, n->b.mr->lkey } };
+	struct ibv_send_wr wr = { .wr_id = 9000, .sg_list = sg, .num_sge = 1,
+				  .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bad = NULL;
+	uint32_t fill = e->cap.max_send_wr - outstanding;
+	struct ibv_wc wc;
+	int rc;
+
+	rc = ibv_post_send(n->qp, &wr, &bad);
+	CHECK(rc == EINVAL && bad == &wr, "inline beyond max_inline_data: %d", rc);
+	sg[0].length = 8;
+	wr.num_sge = (int)e->cap.max_send_sge + 1;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	CHECK(e->cap.max_send_sge == 1, "max_send_sge %u", e->cap.max_send_sge);
+	rc = ibv_post_send(n->qp, &wr, &bad);
+	CHECK(rc == EINVAL, "more pieces than max_send_sge: %d", rc);
+	wr.num_sge = 1;
+	sg[0].addr = (uintptr_t)e->noread;
+	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	rc = ibv_post_send(n->qp, &wr, &bad);
+	CHECK(rc == EFAULT, "inline from a page we may not read: %d", rc);
+	/* a full SQ: empty WRITEs, the last signaled (its completion frees
+	 * the others' slots), then one more */
+	for (uint32_t k = 0; k < fill; k++)
+		CHECK(post_send1(n->qp, IBV_WR_RDMA_WRITE, 9100 + k, NULL, 0, 0,
+				 k + 1 == fill ? IBV_SEND_SIGNALED : 0, n->peer.addr,
+				 n->peer.rkey, 0) == 0,
+		      "WRITE %u of %u to fill the SQ", k, fill);
+	rc = post_send1(n->qp, IBV_WR_SEND, 9001, n->b.p, 8, n->b.mr->lkey, IBV_SEND_SIGNALED,
+			0, 0, 0);
+	CHECK(rc == ENOMEM, "a SEND beyond a full SQ: %d", rc);
+	/* (the SENDs outstanding complete first, in order) */
+	for (uint32_t k = 0; k < outstanding + 1; k++) {
+		CHECK(poll_one(n->scq, &wc, DEADLINE_MS) == 1, "send completion %u", k);
+		CHECK(wc.status == IBV_WC_SUCCESS, "send completion %u: status %d", k, wc.status);
+	}
+	CHECK(wc.wr_id == 9100 + fill - 1, "the filling WRITE completes last (%llu)",
+	      (unsigned long long)wc.wr_id);
+}
+
+static void edge_side(struct net_end *n)
+{
+	int me = n->role == NET_A ? 0 : 1;
+	uint32_t sent = 0, sdone = 0;
+	struct edge e;
+	struct ibv_wc wc;
+
+	edge_init(n, &e);
+	for (uint32_t j = 0; j < NRECV; j++)
+		edge_recv(n, &e, j);
+	net_sync(n, T_GO);
+	for (uint32_t i = 0; i < EDGE_ROUNDS; i++) {
+		if (!me && i % 50 == 7) {
+			edge_refusals(n, &e, sent - sdone);
+			sdone = sent;
+		}
+		if (!me) {
+			edge_send(n, i, me);
+			sent++;
+		}
+		CHECK(poll_one(n->rcq, &wc, DEADLINE_MS) == 1, "round %u: nothing", i);
+		edge_check(n, &wc, i, !me);
+		edge_recv(n, &e, i + NRECV);
+		if (me) {
+			edge_send(n, i, me);
+			sent++;
+		}
+		net_reap_sends(n, &sdone, 0);
+	}
+	net_reap_sends(n, &sdone, sent);
+	net_sync(n, T_SENT);
+	/* a SEND larger than B's next receive (one piece of SLOT bytes) */
+	if (!me) {
+		fill_pattern(n->b.p, 3000, 7);
+		CHECK(post_send1(n->qp, IBV_WR_SEND, 9500, n->b.p, 3000, n->b.mr->lkey,
+				 IBV_SEND_SIGNALED, 0, 0, 0) == 0, "post the SEND too large");
+		expect_wc(n->scq, &wc, 9500, IBV_WC_REM_INV_REQ_ERR, -1, "SEND too large (A)");
+	} else {
+		expect_wc(n->rcq, &wc, 1000 + EDGE_ROUNDS % NRECV, IBV_WC_LOC_LEN_ERR, -1,
+			  "SEND too large (B)");
+	}
+	ibv_dereg_mr(e.mr2);
+	munmap(e.noread, 4096);
+	net_sync(n, T_DONE);
+}
+
+static void sub_edges(void)
+{
+	struct net_opts o = net_opts_default();
+
+	o.max_inline = 64;
+	o.max_send_sge = 1;
+	o.max_send_wr = 16;
+	o.max_recv_sge = 2;
+	pair_count(&o, edge_side, edge_side, "rx_quick", EDGE_ROUNDS / 4, 4 * EDGE_ROUNDS,
+		   "records delivered by a poller's quick pass in " STR(EDGE_ROUNDS) " rounds");
+}
+
 int main(int argc, char **argv)
 {
 	struct subtest tests[] = {
@@ -472,6 +665,7 @@ int main(int argc, char **argv)
 		{ "parked", sub_parked },
 		{ "srq_pingpong", sub_srq_pingpong },
 		{ "srq_parked", sub_srq_parked },
+		{ "edges", sub_edges },
 	};
 
 	return run_subtests(argc, argv, tests, ARRAY_SIZE(tests));
