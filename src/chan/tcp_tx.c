@@ -752,7 +752,10 @@ int tcp_send_small(struct sr_chan *ch, const struct sr_small *r)
 	int n = r->len ? 2 : 1;
 	bool ack;
 
-	if (r->len > SR_SMALL_MAX || r->niov > SR_MAX_SGE)
+	/* (a stream not on shm, looked at without the lock: a post tries
+	 * this up to three times on its way to the usual one) */
+	if (r->len > SR_SMALL_MAX || r->niov > SR_MAX_SGE ||
+	    !__atomic_load_n(&tc->shm_tx, __ATOMIC_RELAXED))
 		return -EAGAIN;
 	iov[0] = (struct iovec){ &h, sizeof(h) };
 	if (r->niov) {
