@@ -31,14 +31,9 @@ for p in ib_send_lat ib_write_lat ib_send_bw cc; do
 	command -v "$p" >/dev/null 2>&1 || { echo "bench/ab: $p not found (perftest, gcc)" >&2; exit 2; }
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/softrnic-ab.XXXXXX")
-spid=
-cleanup() {
-	[[ -n $spid ]] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_tmp ab
 cc -O2 -I "$ROOT/src" -o "$tmp/ring_lat" "$ROOT/bench/ring_lat.c" "$ROOT/src/chan/shm_ring.c" || exit 2
 
 # run BUILD COL PROG ARGS...: column COL of the client's result row (a

@@ -26,14 +26,9 @@ for b in "$@"; do
 	[[ -x $b/bin/softrnic ]] || { echo "bench/insn: $b/bin/softrnic missing" >&2; exit 2; }
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/softrnic-insn.XXXXXX")
-spid=
-cleanup() {
-	[[ -n $spid ]] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_tmp insn
 failed=0
 
 # count BUILD OUT PROG ARGS...: the client under callgrind into OUT;
