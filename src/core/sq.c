@@ -891,9 +891,11 @@ static int sq_send_one_small(struct sr_qp *qp)
  * inline), on an RC QP in RTS with nothing else to send, whose channel
  * takes small requests. What sq_fill and sq_send_one_small would do for
  * it, in one pass and without their general cases: 0, sent, with the WQE
- * in the SQ as SENT; else -EAGAIN with nothing changed but the WQE slot
- * past the tail (the general way then does it all, and reports what it
- * finds wrong). The inline bytes are read as the ring takes them, in this
+ * in the SQ as SENT; else nothing changed but the WQE slot past the tail
+ * (the general way then does it all, and reports what it finds wrong):
+ * -EBUSY if the channel refused it (a full ring, a stream not on shm: the
+ * general way need not offer it again as sq_send_one_small would), else
+ * -EAGAIN. The inline bytes are read as the ring takes them, in this
  * call, as sq_fill would read them. qp->lock held. */
 static int sq_post_small(struct sr_qp *qp, const struct ibv_send_wr *wr)
 {
@@ -950,7 +952,7 @@ static int sq_post_small(struct sr_qp *qp, const struct ibv_send_wr *wr)
 	}
 	w = sq_at(qp, qp->sq_tail);
 	if (ch->ops->send_small(ch, &r))
-		return -EAGAIN;
+		return -EBUSY;
 	memset(w, 0, SWQE_CLEAR);
 	w->wr_id = wr->wr_id;
 	w->opcode = op;
@@ -973,11 +975,14 @@ static int sq_post_small(struct sr_qp *qp, const struct ibv_send_wr *wr)
 int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sr_chan *ch;
-	int ret = 0;
+	int ret = 0, small = -EAGAIN;
 
 	sr_mutex_lock(&qp->lock);
-	if (wr && !wr->next && !sq_post_small(qp, wr))
-		goto out;
+	if (wr && !wr->next) {
+		small = sq_post_small(qp, wr);
+		if (!small)
+			goto out;
+	}
 	if (!sq_state_accepts(qp)) {
 		ret = -EINVAL;
 		*bad = wr;
@@ -992,8 +997,9 @@ int qp_post_send(struct sr_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **
 	}
 	if (qp->state == IBV_QPS_ERR)
 		qp_to_error_locked(qp);
-	else if (ret || sq_send_one_small(qp))
-		qp_sq_progress_locked(qp);
+	else if (ret || small == -EBUSY || sq_send_one_small(qp))
+		qp_sq_progress_locked(qp);	/* (which offers send_small a
+						 * refused request once more) */
 out:
 	/* qp_kick, without taking the QP lock again, and only if the
 	 * channel has something to do (on shm a post's request is in the
