@@ -461,8 +461,10 @@ static void mapped_b(struct net_end *n)
 	uint64_t ino;
 
 	ping_at(n, 1, BIG_WRITE);
-	ping_at(n, 2, BIG_WRITE);
+	/* (before the second ping: A writes once it is done with it, which
+	 * may be before we are) */
 	memset(n->b.p, 0xee, BIG_WRITE);
+	ping_at(n, 2, BIG_WRITE);
 	net_expect(n, T_DONE, "A's WRITE done");
 	check_pattern(n->b.p, BIG_WRITE, 91, "WRITE 16 MiB");
 	memset(n->b.p, 0xee, BIG_SEND + 64);
