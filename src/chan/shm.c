@@ -586,6 +586,33 @@ ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size
 	return k;
 }
 
+bool shm_send_ack(struct tcp_chan *tc, uint32_t msn)
+{
+	struct shm_link *l = tc->shm;
+
+	if (l->broken)
+		return false;
+	atomic_store_explicit(&l->tx.ctl->ack, SHM_ACK_SET | msn, memory_order_release);
+	wake_if(l->tx.ctl, l->efd_peer);
+	return true;
+}
+
+bool shm_ack_peek(const struct tcp_chan *tc, uint64_t *word)
+{
+	const struct shm_link *l = tc->shm;
+	uint64_t w = atomic_load_explicit(&l->rx.ctl->ack, memory_order_acquire);
+
+	if (w == atomic_load_explicit(&l->ack_seen, memory_order_relaxed))
+		return false;
+	*word = w;
+	return true;
+}
+
+void shm_ack_take(struct tcp_chan *tc, uint64_t word)
+{
+	atomic_store_explicit(&tc->shm->ack_seen, word, memory_order_relaxed);
+}
+
 void shm_polled_locked(struct tcp_chan *tc, bool polled)
 {
 	atomic_store_explicit(&tc->shm->rx.ctl->rx_polled, polled, memory_order_relaxed);
@@ -661,8 +688,15 @@ ssize_t shm_recv(struct tcp_chan *tc, const struct iovec *iov, int n, bool app)
 		/* A busy poller does not sleep: only a receive pass of the
 		 * progress thread asks for a wakeup. */
 		if (slept || tc->rx_poller || tc->rx_nosleep) {
+			uint64_t w;
+
 			if (slept && atomic_load_explicit(&tc->shm_grace_due, memory_order_relaxed))
 				grace_arm(tc);
+			/* (an ACK word stored after this pass looked at it and
+			 * before the sleep was asked for: the peer may not have
+			 * seen rx_sleep, so the pass that takes it comes now) */
+			if (slept && shm_ack_peek(tc, &w))
+				shm_self_wake(tc);
 			errno = EAGAIN;
 			return -1;
 		}
@@ -701,6 +735,13 @@ int shm_small_alone(const struct tcp_chan *tc)
 	return l->broken ? -1 : shm_ring_small_alone(&l->rx);
 }
 
+bool shm_rx_pending(struct tcp_chan *tc)
+{
+	struct shm_link *l = tc->shm;
+
+	return l->broken || shm_ring_pending(&l->rx);
+}
+
 void shm_recv_small_done(struct tcp_chan *tc)
 {
 	wake_producer(tc->shm);
@@ -718,6 +759,8 @@ bool shm_rx_idle_at(const struct tcp_chan *tc, uint64_t mark)
 	const struct shm_link *l = tc->shm;
 
 	return shm_ring_empty_at(&l->rx, mark) &&
+	       atomic_load_explicit(&l->rx.ctl->ack, memory_order_relaxed) ==
+		       atomic_load_explicit(&l->ack_seen, memory_order_relaxed) &&
 	       !atomic_load_explicit(&tc->shm_eof, memory_order_acquire) && !l->broken;
 }
 
@@ -821,7 +864,7 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		"shm_mapped %llu shm_links %llu shm_refused %llu ud_sent %llu ud_received %llu "
 		"shm_direct %llu shm_kicks %llu shm_graced %llu tcp_poll_late %llu shm_left %llu "
 		"rx_waited %llu rx_quick %llu shm_fenced %llu shm_full %llu poll_quiet %llu "
-		"shm_helped %llu tcp_out_shm %llu poll_foreign %llu\n",
+		"shm_helped %llu tcp_out_shm %llu poll_foreign %llu shm_ack_words %llu\n",
 		(int)getpid(), (unsigned long long)t, (unsigned long long)s,
 		(unsigned long long)atomic_load(&chan_stats.shm_pulled),
 		(unsigned long long)atomic_load(&chan_stats.shm_mapped),
@@ -840,5 +883,6 @@ __attribute__((destructor)) static void shm_stats_print(void)
 		(unsigned long long)atomic_load(&chan_stats.poll_quiet),
 		(unsigned long long)atomic_load(&chan_stats.shm_helped),
 		(unsigned long long)atomic_load(&chan_stats.tcp_out_shm),
-		(unsigned long long)atomic_load(&chan_stats.poll_foreign));
+		(unsigned long long)atomic_load(&chan_stats.poll_foreign),
+		(unsigned long long)atomic_load(&chan_stats.shm_ack_words));
 }

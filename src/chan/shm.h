@@ -39,6 +39,9 @@ struct chan_stats {
 	_Atomic uint64_t shm_fpdus;	/* ... and to shm rings */
 	_Atomic uint64_t shm_direct;	/* small requests written there
 					 * without a message (send_small) */
+	_Atomic uint64_t shm_ack_words;	/* lone ACKs that went as the ack
+					 * word, not a record (counted in
+					 * shm_fpdus too) */
 	_Atomic uint64_t shm_pulled;	/* payload bytes pulled from peers */
 	_Atomic uint64_t shm_mapped;	/* ... copied from their memfds */
 	_Atomic uint64_t shm_links;	/* streams that moved to shm */
@@ -116,6 +119,21 @@ ssize_t shm_send(struct tcp_chan *tc, const struct iovec *iov, const uint8_t *ki
  * the application's memory, faulted, and nothing was written). Only at
  * a message boundary of the stream. tc->lock held. */
 ssize_t shm_send_small(struct tcp_chan *tc, const struct iovec *iov, int n, size_t len, int app);
+/* A positive ACK owed that goes alone (tcp_tx.c, ack_small_locked): as
+ * the ring's ack word (shm_ring_ctl.ack), a store and the wakeup check of
+ * a record, in place of a small record the peer reads, decodes and
+ * releases (one for every message of a one-way stream). Cumulative, it
+ * needs no place in the stream: ACKs were always allowed to pass queued
+ * answers (ack_flush_locked), and a READ's or atomic's WQE completes by
+ * its response, not by an ACK. False on a broken ring. tc->lock held. */
+bool shm_send_ack(struct tcp_chan *tc, uint32_t msn);
+/* The peer's ack word, if it changed since we last took it: true and the
+ * word in *word (its MSN: the low 32 bits). Then shm_ack_take once it is
+ * delivered. Acquire: a fault the peer marked on a record of ours before
+ * the ACK (shm_faults_locked) is seen. rx_lock held. */
+bool shm_ack_peek(const struct tcp_chan *tc, uint64_t *word);
+void shm_ack_take(struct tcp_chan *tc, uint64_t word);
+#define SHM_ACK_SET	(1ULL << 32)
 /* Pieces the peer pulled and found gone (it read zeros) fail their WQE
  * as over TCP: their msns go to tc->faults (tcp_tx_faults tells the
  * QP). Call before answers from the peer are delivered. tc->lock held. */
@@ -154,6 +172,9 @@ void shm_recv_small_end(struct tcp_chan *tc, void *dst, size_t off, size_t n);
  * it is the last one published; else -1 (also on a broken ring). A look
  * for the poller's quick pass (tcp_fast.c), rx_lock held. */
 int shm_small_alone(const struct tcp_chan *tc);
+/* Anything in the ring to read (a record, or one half read), or broken?
+ * rx_lock held. */
+bool shm_rx_pending(struct tcp_chan *tc);
 /* After one or more shm_recv_small that read something: a producer that
  * waits for room is woken if there is enough now (once per batch: the
  * look takes a full fence). */
@@ -164,7 +185,8 @@ const char *shm_broken(const struct tcp_chan *tc);
  * read up to, or 1 if a record is half read. */
 uint64_t shm_rx_mark(const struct tcp_chan *tc);
 /* Nothing to read since mark (shm_rx_mark's, even): the ring's tail is
- * still there, it is not broken, the socket has not ended. No lock. */
+ * still there, no ack word is new, it is not broken, the socket has not
+ * ended. No lock. */
 bool shm_rx_idle_at(const struct tcp_chan *tc, uint64_t mark);
 /* Wake our own progress thread (it then runs a receive pass). */
 void shm_self_wake(struct tcp_chan *tc);

@@ -17,7 +17,7 @@
 #include <sys/types.h>
 
 #define SHM_MAGIC	0x53524d53U	/* "SRMS" */
-#define SHM_VERSION	11	/* 2: mapped records (kind 3); 3: the
+#define SHM_VERSION	12	/* 2: mapped records (kind 3); 3: the
 				 * descriptor server (fdsrv); 4: records
 				 * published by their header word
 				 * (shm_ring.h); 5: small records (kind
@@ -29,7 +29,8 @@
 				 * (struct shm_help); 10: a board is
 				 * SHM_HELP_SLOTS requests (struct
 				 * shm_help_board); 11: small records of
-				 * up to 4 KiB of payload. A peer of
+				 * up to 4 KiB of payload; 12: the ack
+				 * word (shm_ring_ctl.ack). A peer of
 				 * another version refuses the offer */
 #define SHM_HDR_SIZE	4096ULL
 #define SHM_RING_SIZE	(256ULL << 10)	/* per direction: large payloads are
@@ -182,6 +183,9 @@ struct shm_link {
 	struct shm_ring tx, rx;
 	struct shm_ring_io io;
 	uint64_t wake_part;		/* rx: wake_producer's last look (rx_lock) */
+	/* rx: the peer's ack word as last taken (written under rx_lock;
+	 * read without it by shm_rx_idle_at) */
+	_Atomic uint64_t ack_seen;
 	/* Our remote records of SENDs and WRITEs not yet released, oldest
 	 * first: one the peer read as zeros fails its WQE (tc->lock). */
 	struct { uint64_t pos; uint32_t msn; } pend[SHM_PEND];

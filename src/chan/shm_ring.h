@@ -77,7 +77,12 @@
  * fields sit on their own cache lines. */
 struct shm_ring_ctl {
 	_Atomic uint64_t tail;		/* producer: bytes published */
-	uint8_t pad0[56];
+	/* The producer's latest positive ACK that went alone, not in a
+	 * record (SHM_ACK_SET | MSN; 0: none yet): cumulative, so the last
+	 * one is all that counts, and it needs no order with the records
+	 * (shm.c, shm_send_ack). */
+	_Atomic uint64_t ack;
+	uint8_t pad0[48];
 	_Atomic uint64_t head;		/* consumer: bytes released */
 	uint8_t pad1[56];
 	/* The consumer is going to sleep: the producer writes the

@@ -140,9 +140,11 @@ int tcp_rx_fast(struct tcp_chan *tc)
 		uint8_t bytes[sizeof(struct sr_msg) + SHM_SMALL_PAYLOAD];
 	} u;
 	struct sr_msg *m = NULL;
-	struct shm_small h;
+	struct shm_small h = { .op = SHM_SMALL_ACK };
 	struct sr_qp *qp;
-	bool owed_before, defer;
+	bool owed_before, defer, word;
+	uint64_t aw = 0;
+	uint32_t ack_msn = 0;
 	int op;
 	ssize_t k;
 
@@ -150,9 +152,16 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	if (!tc->shm_rx || tc->rlen || tc->dr.active || tc->sd.active || tc->as_untagged ||
 	    tc->as_active)
 		return 0;
+	/* (a lone ACK as the ring's ack word: taken as a lone ACK record
+	 * is, alone or with the record; with other input, by the general
+	 * pass) */
+	word = shm_ack_peek(tc, &aw);
 	op = shm_small_alone(tc);
-	if (op != SHM_SMALL_SEND && op != SHM_SMALL_WRITE && op != SHM_SMALL_ACK)
-		return 0;
+	if (op != SHM_SMALL_SEND && op != SHM_SMALL_WRITE && op != SHM_SMALL_ACK) {
+		if (!word || shm_rx_pending(tc))
+			return 0;
+		op = -1;
+	}
 	sr_mutex_lock(&tc->lock);
 	if (tc->state != TS_UP || tc->closed) {
 		sr_mutex_unlock(&tc->lock);
@@ -171,29 +180,43 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	if (qp_rx_congested(qp))
 		return 0;
 
-	k = shm_recv_small_begin(tc, hb, sizeof(hb));
-	if (k <= 0)
-		return 0;	/* (changed under our look, or broken: the
-				 * general pass reads what is there) */
-	/* (the header's copy is ours: decoded once, from it; the body goes
-	 * straight into the message; RFC 5041 §5.3: SEND MSNs in order) */
-	if (shm_small_decode(hb, (size_t)k, &h) ||
-	    (h.op == SHM_SMALL_SEND && h.msn != tc->rx_msn[DDP_QN_SEND])) {
-		shm_recv_small_end(tc, NULL, 0, 0);
-		return -EBADMSG;
-	}
-	if (h.op != SHM_SMALL_ACK) {
-		m = &u.m;
-		memset(m, 0, sizeof(*m));
-		sr_list_init(&m->link);
-		m->len = h.len;
-		small_msg(tc, &h, m);	/* (no segment under way: as_active) */
-		shm_recv_small_end(tc, m->payload, sizeof(h), h.len);
-	} else {
-		shm_recv_small_end(tc, NULL, 0, 0);
+	if (op >= 0) {
+		k = shm_recv_small_begin(tc, hb, sizeof(hb));
+		if (k <= 0)
+			return 0;	/* (changed under our look, or broken:
+					 * the general pass reads what is
+					 * there) */
+		/* (the header's copy is ours: decoded once, from it; the body
+		 * goes straight into the message; RFC 5041 §5.3: SEND MSNs in
+		 * order) */
+		if (shm_small_decode(hb, (size_t)k, &h) ||
+		    (h.op == SHM_SMALL_SEND && h.msn != tc->rx_msn[DDP_QN_SEND])) {
+			shm_recv_small_end(tc, NULL, 0, 0);
+			return -EBADMSG;
+		}
+		if (h.op != SHM_SMALL_ACK) {
+			m = &u.m;
+			memset(m, 0, sizeof(*m));
+			sr_list_init(&m->link);
+			m->len = h.len;
+			small_msg(tc, &h, m);	/* (no segment under way:
+						 * as_active) */
+			shm_recv_small_end(tc, m->payload, sizeof(h), h.len);
+		} else {
+			shm_recv_small_end(tc, NULL, 0, 0);
+		}
 	}
 	if (h.flags & SHM_SMALL_F_ACK)
-		note_answer(tc, h.ack_msn);
+		ack_msn = h.ack_msn;
+	if (word) {
+		/* (cumulative: the later of the two) */
+		shm_ack_take(tc, aw);
+		if (!(h.flags & SHM_SMALL_F_ACK) || (int32_t)((uint32_t)aw - ack_msn) > 0)
+			ack_msn = (uint32_t)aw;
+		h.flags |= SHM_SMALL_F_ACK;
+	}
+	if (h.flags & SHM_SMALL_F_ACK)
+		note_answer(tc, ack_msn);
 	if (shm_pulls_sent(tc)) {
 		/* a payload of ours the peer found gone fails its WQE
 		 * before the peer's answer to it settles it */
@@ -208,11 +231,13 @@ int tcp_rx_fast(struct tcp_chan *tc)
 	if (m && shm_help_pending(tc))
 		(void)shm_help_drain(tc);
 	if (m && m->op == SR_MSG_SEND)
-		qp_rx_lent_send(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &h.ack_msn : NULL);
+		qp_rx_lent_send(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &ack_msn : NULL);
 	else
-		qp_rx_lent(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &h.ack_msn : NULL);
-	shm_recv_small_done(tc);
-	chan_stat_inc(&chan_stats.rx_quick);
+		qp_rx_lent(qp, m, (h.flags & SHM_SMALL_F_ACK) ? &ack_msn : NULL);
+	if (op >= 0) {
+		shm_recv_small_done(tc);
+		chan_stat_inc(&chan_stats.rx_quick);
+	}
 
 	/* The end of a poller's pass (tcp_rx_locked): the answers it brought
 	 * go to the transmit side; an ACK we owe for the first time waits

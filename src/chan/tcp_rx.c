@@ -732,6 +732,16 @@ static const char *tcp_rx_locked(struct tcp_chan *tc, bool poller)
 			perr = rx_parse(tc, qp, &out);
 		if (small_next && tc->rlen && !out.n && !out.ack && !tc->dr.active && !perr)
 			perr = -EBADMSG;	/* (a partial FPDU, then a small one) */
+		if (tc->shm_rx) {
+			uint64_t aw;
+
+			/* (the peer's lone ACK, its ring's ack word: answers
+			 * nothing out of order, shm_send_ack) */
+			if (shm_ack_peek(tc, &aw)) {
+				shm_ack_take(tc, aw);
+				ack_fold(tc, &out, (uint32_t)aw);
+			}
+		}
 		got = out.n || out.ack;
 		if (got)
 			progress = true;

@@ -367,20 +367,18 @@ static bool small_ok_locked(const struct tcp_chan *tc)
 	       tc->slot_head == tc->slot_tail;
 }
 
-/* On shm, at a message boundary, the ACK owed goes alone as a small
- * ring record, without an FPDU to encode here and parse there. True if
+/* On shm, the ACK owed goes alone as the ring's ack word (shm_send_ack),
+ * without an FPDU to encode here and parse there, nor a record. True if
  * it went. tc->lock held. */
 static bool ack_small_locked(struct tcp_chan *tc)
 {
-	struct shm_small h = { .op = SHM_SMALL_ACK, .flags = SHM_SMALL_F_ACK,
-			       .ack_msn = tc->ack_msn };
-	struct iovec iov = { &h, sizeof(h) };
-
-	if (!small_ok_locked(tc) || shm_send_small(tc, &iov, 1, sizeof(h), 1) <= 0)
+	if (!tc->shm_tx || !tc->ext || tc->state != TS_UP || tc->closed || tc->tx_gate ||
+	    !shm_send_ack(tc, tc->ack_msn))
 		return false;
 	tc->ack_pending = false;
 	rsp_take(tc, tc->ack_msn);
 	chan_stat_inc(&chan_stats.shm_fpdus);
+	chan_stat_inc(&chan_stats.shm_ack_words);
 	return true;
 }
 

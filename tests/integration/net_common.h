@@ -71,6 +71,7 @@ struct net_opts {
 	int cqe;
 	uint8_t rd_atomic;
 	int rcq_chan; /* give the receive CQ a completion channel */
+	int scq_chan; /* ... the send CQ (the same channel, n->ch) */
 	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
 	/* each side enters a user namespace of its own before it opens the
 	 * device (as `softrnic run` unprivileged does) */
@@ -295,13 +296,13 @@ static NET_UNUSED void net_setup(struct net_end *n)
 	const struct net_opts *o = &n->o;
 
 	tctx_open(&n->t);
-	if (o->rcq_chan) {
+	if (o->rcq_chan || o->scq_chan) {
 		n->ch = ibv_create_comp_channel(n->t.ctx);
 		CHECK(n->ch, "ibv_create_comp_channel: %s", strerror(errno));
 	}
-	n->scq = ibv_create_cq(n->t.ctx, o->cqe, NULL, NULL, 0);
+	n->scq = ibv_create_cq(n->t.ctx, o->cqe, NULL, o->scq_chan ? n->ch : NULL, 0);
 	CHECK(n->scq, "ibv_create_cq: %s", strerror(errno));
-	n->rcq = ibv_create_cq(n->t.ctx, o->cqe, n, n->ch, 0);
+	n->rcq = ibv_create_cq(n->t.ctx, o->cqe, n, o->rcq_chan ? n->ch : NULL, 0);
 	CHECK(n->rcq, "ibv_create_cq: %s", strerror(errno));
 	struct ibv_qp_init_attr ia = {
 		.send_cq = n->scq,
