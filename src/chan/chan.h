@@ -68,6 +68,11 @@ struct sr_chan_ops {
 	 * whose peer reads our memory: shm). Under qp->lock: no lock taken.
 	 * NULL: nothing to do. */
 	void (*revoke)(struct sr_chan *ch);
+	/* Requests wait while the channel is still dialing its peer
+	 * (dialing): give up within ns from now, failing the channel as a
+	 * lost peer (qp_chan_lost), if nobody has answered the dial by then.
+	 * Under qp->lock. NULL: a channel that never dials. */
+	void (*await)(struct sr_chan *ch, uint64_t ns);
 };
 
 struct sr_chan {
@@ -81,6 +86,9 @@ struct sr_chan {
 					 * data or atomics either; posting them
 					 * fails with EOPNOTSUPP */
 	bool zcopy;			/* takes payload by reference (msg->src) */
+	/* still dialing a peer that has not answered (nobody listens
+	 * there yet): the channel's own, read by the QP without its lock */
+	_Atomic bool dialing;
 	uint16_t max_reads;		/* the peer's IRD as the MPA exchange
 					 * agreed: READ requests unanswered at
 					 * once, at most (0: no limit) */

@@ -45,6 +45,7 @@ void set_state(struct tcp_chan *tc, enum tcp_state s)
 	sr_dbg("tcp %p QP %#x<->%#x %s -> %s", (void *)tc, tc->local_qpn, tc->peer_qpn,
 	       tcp_state_name[tc->state], tcp_state_name[s]);
 	tc->state = s;
+	atomic_store_explicit(&tc->ch.dialing, s == TS_DIALING, memory_order_relaxed);
 	atomic_fetch_add_explicit(&tc->tctx->gen, 1, memory_order_release);
 }
 
@@ -671,6 +672,19 @@ static void tcp_close(struct sr_chan *ch)
 	chan_put(ch);			/* the QP's reference */
 }
 
+/* (chan.h, await: a dialer's stream fails at its deadline, on its next
+ * refused dial, every RETRY_NS) */
+static void tcp_await(struct sr_chan *ch, uint64_t ns)
+{
+	struct tcp_chan *tc = to_tc(ch);
+	uint64_t by = progress_now_ns() + ns;
+
+	sr_mutex_lock(&tc->lock);
+	if (tc->dialer && tc->state == TS_DIALING && by < tc->deadline)
+		tc->deadline = by;
+	sr_mutex_unlock(&tc->lock);
+}
+
 static const struct sr_chan_ops tcp_ops = {
 	.name = "tcp",
 	.send = tcp_send,
@@ -681,6 +695,7 @@ static const struct sr_chan_ops tcp_ops = {
 	.close = tcp_close,
 	.free = tcp_free,
 	.revoke = tcp_revoke,
+	.await = tcp_await,
 };
 
 /* A stream on shm had a socket event: has the socket ended? EPOLLIN may

@@ -539,6 +539,7 @@ int chan_tcp_connect(struct sr_qp *qp)
 	gid_to_sockaddr(&peer_gid, (uint16_t)(peer_qpn >> 8), me.ifindex, &tc->peer, &tc->peerlen);
 	tc->deadline = progress_now_ns() + HS_TIMEOUT_NS;
 	tc->state = TS_DIALING;
+	atomic_store_explicit(&tc->ch.dialing, true, memory_order_relaxed);
 	sr_mutex_unlock(&tc->lock);
 
 	sr_mutex_lock(&qp->lock);

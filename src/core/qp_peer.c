@@ -132,8 +132,21 @@ void qp_undialed_arm_locked(struct sr_qp *qp)
 	uint64_t ns;
 
 	if (qp->dial_fail_at || (qp_type(qp) != IBV_QPT_RC && qp_type(qp) != IBV_QPT_UC) ||
-	    qp->chan || qp->state != IBV_QPS_RTS || qp->sq_head == qp->sq_tail)
+	    qp->state != IBV_QPS_RTS || qp->sq_head == qp->sq_tail)
 		return;
+	if (qp->chan) {
+		/* Our own dial, refused so far (nobody listens there): the
+		 * channel gives up by the same time, failing the head WQE
+		 * with IBV_WC_RETRY_EXC_ERR (qp_chan_lost). RC only: a UC
+		 * dialer's requests wait for its dial (HS_TIMEOUT_NS). */
+		if (qp_type(qp) != IBV_QPT_RC || !qp->attr.timeout || !qp->chan->ops->await ||
+		    !atomic_load_explicit(&qp->chan->dialing, memory_order_relaxed))
+			return;
+		ns = sr_max(retry_budget_ns(qp), 1000000000ULL);
+		qp->dial_fail_at = progress_now_ns() + ns;
+		qp->chan->ops->await(qp->chan, ns);
+		return;
+	}
 	if (!qp->rnr_pg)
 		qp->rnr_pg = chan_progress(qp->ctx);
 	if (!qp->rnr_pg)

@@ -631,8 +631,9 @@ void qp_sq_progress_locked(struct sr_qp *qp)
 			return;
 		}
 	}
-	/* (no stream yet: what waits for one waits a bounded time) */
-	if (!qp->chan)
+	/* (no stream yet, or one still dialing a peer nobody answers for:
+	 * what waits for it waits a bounded time) */
+	if (!qp->chan || atomic_load_explicit(&qp->chan->dialing, memory_order_relaxed))
 		qp_undialed_arm_locked(qp);
 	sq_retire_locked(qp);
 }

@@ -626,6 +626,65 @@ static void no_peer(void)
 	tctx_close(&t);
 }
 
+/* The same where we dial (connected by hand to a QPN below ours, at an
+ * address where nobody listens: 127.0.0.1, the port of QPN 0x100): each
+ * dial is refused, and the SENDs fail as in no_peer, after the same
+ * second, not after the 60 s a dial may wait for its peer to come up. */
+static void no_peer_dial(void)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.dest_qp_num = 0x100,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr = {
+			.is_global = 1,
+			.port_num = 1,
+			.grh = { .hop_limit = 64 },
+		},
+	};
+	struct tctx t;
+	struct buf b;
+	struct ibv_wc wc;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint64_t t0, ms;
+
+	tctx_open(&t);
+	buf_alloc(&t, &b, 4096, ACC_ALL);
+	cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
+	CHECK(cq, "create_cq");
+	qp = rc_qp(&t, cq);
+	CHECK(qp->qp_num > 0x100, "QPN %#x: we would not dial", qp->qp_num);
+	qp_to_init(qp, ACC_ALL);
+	/* ::ffff:127.0.0.1 */
+	a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
+	a.ah_attr.grh.dgid.raw[12] = 127;
+	a.ah_attr.grh.dgid.raw[15] = 1;
+	CHECK(ibv_modify_qp(qp, &a,
+			    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				    IBV_QP_MIN_RNR_TIMER) == 0,
+	      "modify INIT->RTR");
+	qp_to_rts(qp, 0, 1);
+	CHECK(post_send1(qp, IBV_WR_SEND, 1, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	CHECK(post_send1(qp, IBV_WR_SEND, 2, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	t0 = now_ms();
+	expect_wc(cq, &wc, 1, IBV_WC_RETRY_EXC_ERR, -1, "SEND towards a peer nobody listens for");
+	ms = now_ms() - t0;
+	CHECK(ms >= 900, "failed after %llu ms, before the second a dial may take",
+	      (unsigned long long)ms);
+	expect_wc(cq, &wc, 2, IBV_WC_WR_FLUSH_ERR, -1, "the SEND behind it");
+	CHECK(wait_qp_state(qp, IBV_QPS_ERR, DEADLINE_MS), "QP state %d, want ERR", qp_state(qp));
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq);
+	buf_free(&b);
+	tctx_close(&t);
+}
+
 /* The same on UC, which has no retries and no answers: after a second
  * with no peer, the SENDs complete (as sent and lost, as on IB towards a
  * QP that is not there) and the QP stays in RTS. Before, they waited for
@@ -728,7 +787,7 @@ static const struct subtest tests[] = {
 	SUBTEST(post_beyond_caps),  SUBTEST(responder_access_event),
 	SUBTEST(refused_flags),	    SUBTEST(no_responder_resources),
 	SUBTEST(no_peer),	    SUBTEST(no_peer_uc),
-	SUBTEST(late_peer),
+	SUBTEST(late_peer),	    SUBTEST(no_peer_dial),
 };
 
 int main(int argc, char **argv)
