@@ -627,17 +627,11 @@ void qp_kick(struct sr_qp *qp)
 	}
 
 	sr_mutex_lock(&qp->lock);
-	ch = qp->chan;
-	if (ch && chan_kick_needed(ch))
-		chan_get(ch);
-	else
-		ch = NULL;
+	ch = qp_kick_take_locked(qp);
 	sr_mutex_unlock(&qp->lock);
-	if (ch) {
-		chan_kick(ch);
-		chan_put(ch);
-	}
+	qp_kick_give(ch);
 }
+
 
 /* ---- ibv_open_qp(3) ------------------------------------------------------ */
 

@@ -257,6 +257,27 @@ void qp_chan_gone(struct sr_qp *qp);
 void qp_sq_progress_locked(struct sr_qp *qp);
 /* After unlocking: let the channel move what was queued. */
 void qp_kick(struct sr_qp *qp);
+/* qp_kick's halves, for a caller that holds qp->lock already: the
+ * channel, referenced, if a kick would do anything (else NULL); then,
+ * with the lock dropped, the kick and the reference's release (NULL:
+ * nothing). */
+static inline struct sr_chan *qp_kick_take_locked(struct sr_qp *qp)
+{
+	struct sr_chan *ch = qp->chan;
+
+	if (!ch || !chan_kick_needed(ch))
+		return NULL;
+	chan_get(ch);
+	return ch;
+}
+
+static inline void qp_kick_give(struct sr_chan *ch)
+{
+	if (ch) {
+		chan_kick(ch);
+		chan_put(ch);
+	}
+}
 /* Enter ERROR: flush every WQE; caller holds qp->lock. */
 void qp_to_error_locked(struct sr_qp *qp);
 /* The receive completions a batch holds go to their CQ now (lock held). */

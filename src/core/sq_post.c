@@ -321,18 +321,12 @@ out:
 	/* qp_kick, without taking the QP lock again, and only if the
 	 * channel has something to do (on shm a post's request is in the
 	 * ring already) */
-	ch = qp->raw ? NULL : qp->chan;
-	if (ch && chan_kick_needed(ch))
-		chan_get(ch);
-	else
-		ch = NULL;
+	ch = qp->raw ? NULL : qp_kick_take_locked(qp);
 	sr_mutex_unlock(&qp->lock);
-	if (ch) {
-		chan_kick(ch);
-		chan_put(ch);
-	} else if (qp->raw) {
+	if (qp->raw)
 		qp_kick(qp);
-	}
+	else
+		qp_kick_give(ch);
 	return ret;
 }
 

@@ -587,6 +587,46 @@ static struct ibv_qp *rc_qp(struct tctx *t, struct ibv_cq *cq)
 	return qp;
 }
 
+/* A context, a 4 KiB buffer, a CQ and an RC QP on it in INIT: no_peer's
+ * and no_peer_dial's start. */
+static struct ibv_qp *alone_qp(struct tctx *t, struct buf *b, struct ibv_cq **cq)
+{
+	struct ibv_qp *qp;
+
+	tctx_open(t);
+	buf_alloc(t, b, 4096, ACC_ALL);
+	*cq = ibv_create_cq(t->ctx, 16, NULL, NULL, 0);
+	CHECK(*cq, "create_cq");
+	qp = rc_qp(t, *cq);
+	qp_to_init(qp, ACC_ALL);
+	return qp;
+}
+
+/* no_peer's and no_peer_dial's end: two SENDs posted on qp (in RTS, its
+ * peer absent); the first fails with IBV_WC_RETRY_EXC_ERR a second or
+ * more later, the next is flushed, the QP is in ERROR. Then all goes. */
+static void sends_fail_unanswered(struct tctx *t, struct buf *b, struct ibv_cq *cq,
+				  struct ibv_qp *qp, const char *what)
+{
+	struct ibv_wc wc;
+	uint64_t t0;
+
+	CHECK(post_send1(qp, IBV_WR_SEND, 1, b->p, 64, b->mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	CHECK(post_send1(qp, IBV_WR_SEND, 2, b->p, 64, b->mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+	      "post SEND");
+	t0 = now_ms();
+	expect_wc(cq, &wc, 1, IBV_WC_RETRY_EXC_ERR, -1, what);
+	CHECK(now_ms() - t0 >= 900, "%s: failed after %llu ms, before the second a dial may take",
+	      what, (unsigned long long)(now_ms() - t0));
+	expect_wc(cq, &wc, 2, IBV_WC_WR_FLUSH_ERR, -1, "the SEND behind it");
+	CHECK(wait_qp_state(qp, IBV_QPS_ERR, DEADLINE_MS), "QP state %d, want ERR", qp_state(qp));
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq);
+	buf_free(b);
+	tctx_close(t);
+}
+
 /* SENDs posted on an RC QP whose peer never comes (connected by hand to a
  * QPN larger than its own, which would dial it; nobody has that QPN):
  * the first fails with IBV_WC_RETRY_EXC_ERR once the transport's retries
@@ -597,33 +637,12 @@ static void no_peer(void)
 {
 	struct tctx t;
 	struct buf b;
-	struct ibv_wc wc;
 	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	uint64_t t0;
-
-	tctx_open(&t);
-	buf_alloc(&t, &b, 4096, ACC_ALL);
-	cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
-	CHECK(cq, "create_cq");
-	qp = rc_qp(&t, cq);
+	struct ibv_qp *qp = alone_qp(&t, &b, &cq);
 	qp_to_init(qp, ACC_ALL);
 	qp_to_rtr(&t, qp, qp->qp_num + 1, IBV_MTU_1024, 0, 1);
 	qp_to_rts(qp, 0, 1);
-	CHECK(post_send1(qp, IBV_WR_SEND, 1, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
-	      "post SEND");
-	CHECK(post_send1(qp, IBV_WR_SEND, 2, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
-	      "post SEND");
-	t0 = now_ms();
-	expect_wc(cq, &wc, 1, IBV_WC_RETRY_EXC_ERR, -1, "SEND towards a peer that never came");
-	CHECK(now_ms() - t0 >= 900, "failed after %llu ms, before the second a dial may take",
-	      (unsigned long long)(now_ms() - t0));
-	expect_wc(cq, &wc, 2, IBV_WC_WR_FLUSH_ERR, -1, "the SEND behind it");
-	CHECK(wait_qp_state(qp, IBV_QPS_ERR, DEADLINE_MS), "QP state %d, want ERR", qp_state(qp));
-	ibv_destroy_qp(qp);
-	ibv_destroy_cq(cq);
-	buf_free(&b);
-	tctx_close(&t);
+	sends_fail_unanswered(&t, &b, cq, qp, "SEND towards a peer that never came");
 }
 
 /* The same where we dial (connected by hand to a QPN below ours, at an
@@ -646,18 +665,10 @@ static void no_peer_dial(void)
 	};
 	struct tctx t;
 	struct buf b;
-	struct ibv_wc wc;
 	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	uint64_t t0, ms;
+	struct ibv_qp *qp = alone_qp(&t, &b, &cq);
 
-	tctx_open(&t);
-	buf_alloc(&t, &b, 4096, ACC_ALL);
-	cq = ibv_create_cq(t.ctx, 16, NULL, NULL, 0);
-	CHECK(cq, "create_cq");
-	qp = rc_qp(&t, cq);
 	CHECK(qp->qp_num > 0x100, "QPN %#x: we would not dial", qp->qp_num);
-	qp_to_init(qp, ACC_ALL);
 	/* ::ffff:127.0.0.1 */
 	a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
 	a.ah_attr.grh.dgid.raw[12] = 127;
@@ -668,21 +679,7 @@ static void no_peer_dial(void)
 				    IBV_QP_MIN_RNR_TIMER) == 0,
 	      "modify INIT->RTR");
 	qp_to_rts(qp, 0, 1);
-	CHECK(post_send1(qp, IBV_WR_SEND, 1, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
-	      "post SEND");
-	CHECK(post_send1(qp, IBV_WR_SEND, 2, b.p, 64, b.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
-	      "post SEND");
-	t0 = now_ms();
-	expect_wc(cq, &wc, 1, IBV_WC_RETRY_EXC_ERR, -1, "SEND towards a peer nobody listens for");
-	ms = now_ms() - t0;
-	CHECK(ms >= 900, "failed after %llu ms, before the second a dial may take",
-	      (unsigned long long)ms);
-	expect_wc(cq, &wc, 2, IBV_WC_WR_FLUSH_ERR, -1, "the SEND behind it");
-	CHECK(wait_qp_state(qp, IBV_QPS_ERR, DEADLINE_MS), "QP state %d, want ERR", qp_state(qp));
-	ibv_destroy_qp(qp);
-	ibv_destroy_cq(cq);
-	buf_free(&b);
-	tctx_close(&t);
+	sends_fail_unanswered(&t, &b, cq, qp, "SEND towards a peer nobody listens for");
 }
 
 /* The same on UC, which has no retries and no answers: after a second
